@@ -1,0 +1,30 @@
+// A hyper-rectangle of a leaf's global index space. Device shards, stored
+// chunks and restore requests are all boxes; a 0-d array has rank 0 and one
+// element.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardkeep {
+
+struct Box {
+  std::vector<uint64_t> origin;
+  std::vector<uint64_t> shape;
+
+  size_t rank() const { return shape.size(); }
+  // Product of shape (1 for rank 0; 0 if any extent is 0).
+  uint64_t NumElements() const;
+  bool operator==(const Box& other) const = default;
+  // "[0:4, 8:16]" for messages.
+  std::string ToString() const;
+};
+
+// The common part of two boxes of equal rank, or nullopt when it is empty.
+std::optional<Box> Intersect(const Box& a, const Box& b);
+// True when `inner` lies entirely inside `outer`.
+bool Contains(const Box& outer, const Box& inner);
+
+}  // namespace shardkeep

@@ -1,0 +1,118 @@
+// Saving and loading checkpoints: the engine's public entry points.
+//
+// A save is a blocking StartSave() (validation, the commit protocol's
+// preparation) followed by a background phase owned by the returned
+// SaveHandle (chunking, checksums, parallel writes, the commit). A load
+// opens a CheckpointReader and asks for boxes of leaves.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardkeep/box.h"
+#include "shardkeep/coordinator.h"
+#include "shardkeep/dtype.h"
+#include "shardkeep/future.h"
+#include "shardkeep/options.h"
+#include "shardkeep/status.h"
+#include "shardkeep/storage.h"
+
+namespace shardkeep {
+
+// The bytes of one box of one leaf, row-major, little-endian, contiguous.
+// The memory is borrowed: it must stay valid until the save completes
+// (SaveRequest::keepalive can own it).
+struct ShardData {
+  uint32_t leaf = 0;
+  DType dtype = DType::kUInt8;
+  Box box;
+  const uint8_t* data = nullptr;
+};
+
+struct CheckpointablePayload {
+  std::string name;       // folder name; see IsSafeCheckpointableName
+  std::string kind;       // "pytree", "json", "bytes"
+  std::string meta_json;  // meta.json content (written by the primary)
+  std::vector<ShardData> shards;  // kind "pytree": this process's shards
+  std::string value;  // kind "json"/"bytes": value.json / value.bin content
+};
+
+struct SaveRequest {
+  std::string path;  // the checkpoint's path in `storage`
+  std::vector<CheckpointablePayload> parts;
+  std::optional<int64_t> step;
+  nlohmann::json custom_metadata = nlohmann::json::object();
+  nlohmann::json metrics = nlohmann::json::object();
+  bool force = false;  // replace a committed checkpoint at `path`
+  // Released when the background phase ends: owns the shard memory.
+  std::shared_ptr<void> keepalive;
+};
+
+// Owns the background phase of one save. The destructor waits for it.
+class SaveHandle {
+ public:
+  SaveHandle(Future future, std::thread thread)
+      : future_(std::move(future)), thread_(std::move(thread)) {}
+  SaveHandle(const SaveHandle&) = delete;
+  SaveHandle& operator=(const SaveHandle&) = delete;
+  ~SaveHandle() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const Future& future() const { return future_; }
+
+ private:
+  Future future_;
+  std::thread thread_;
+};
+
+// Runs the blocking phase and starts the background phase. An error of the
+// blocking phase (bad request, committed checkpoint without `force`,
+// storage failure while preparing) is returned here; later ones resolve the
+// handle's future.
+Result<std::unique_ptr<SaveHandle>> StartSave(
+    std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
+    SaveRequest request, const Options& options);
+
+// StartSave + wait.
+Status Save(std::shared_ptr<Storage> storage,
+            std::shared_ptr<Coordinator> coordinator, SaveRequest request,
+            const Options& options);
+
+// One box of one leaf to fill: `dst` holds the box row-major in `dtype`
+// (which may differ from the stored dtype: a cast).
+struct ReadRequest {
+  uint32_t leaf = 0;
+  DType dtype = DType::kUInt8;
+  Box box;
+  uint8_t* dst = nullptr;
+};
+
+class CheckpointReader {
+ public:
+  // Reads and checks `<path>/_SHARDKEEP`. NotFound when it is absent (a
+  // path without it is not a checkpoint, even if other files exist).
+  static Result<std::unique_ptr<CheckpointReader>> Open(
+      std::shared_ptr<Storage> storage, const std::string& path);
+  virtual ~CheckpointReader() = default;
+
+  // The decoded `_SHARDKEEP` as JSON text.
+  virtual const std::string& commit_json() const = 0;
+  // `<checkpointable>/meta.json`, checked. NotFound for an unknown name.
+  virtual Result<std::string> MetaJson(const std::string& checkpointable) = 0;
+  // value.json / value.bin of a json/bytes checkpointable.
+  virtual Result<std::string> ReadValue(const std::string& checkpointable) = 0;
+  // Fills every request from the chunks of `checkpointable`, reading only
+  // the chunks that intersect the requested boxes, in parallel; verifies
+  // checksums and coverage. Errors name the leaf and the file.
+  virtual Status Read(const std::string& checkpointable,
+                      const std::vector<ReadRequest>& requests,
+                      const Options& options) = 0;
+};
+
+}  // namespace shardkeep

@@ -1,0 +1,36 @@
+// Tuning knobs shared by saves and loads. Defaults suit a local disk.
+#pragma once
+
+#include <cstdint>
+
+namespace shardkeep {
+
+struct Options {
+  // Largest chunk a shard is split into. Smaller chunks make loads onto
+  // another sharding read less waste; larger ones cut index size.
+  uint64_t chunk_bytes = 64ull << 20;
+  // Compress chunks with zstd (level `zstd_level`).
+  bool compress = false;
+  int zstd_level = 1;
+  // Threads writing (and reading) in parallel; 0 = number of cores, at most 16.
+  int io_threads = 0;
+  // A writer thread starts a new data file once its current one passes this.
+  uint64_t data_file_bytes = 4ull << 30;
+  // Cap on bytes held in flight by the engine (read buffers for chunks that
+  // are not copied straight into place); 0 = 1 GiB.
+  uint64_t host_memory_limit = 0;
+  // Every barrier and wait gives up after this long.
+  double timeout_s = 600.0;
+  // Loading: allow casts that may lose precision or range.
+  bool allow_lossy_cast = false;
+  // Reads of two chunks in one data file are merged when the gap between
+  // them is at most this many bytes.
+  uint64_t coalesce_gap_bytes = 1ull << 20;
+
+  int ResolvedIoThreads() const;
+  uint64_t ResolvedHostMemoryLimit() const {
+    return host_memory_limit ? host_memory_limit : (1ull << 30);
+  }
+};
+
+}  // namespace shardkeep

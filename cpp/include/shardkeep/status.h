@@ -1,0 +1,105 @@
+// Error values for the shardkeep core. The core never throws: every fallible
+// function returns a Status or a Result<T>, and the Python binding maps the
+// code to one exception class in exactly one place.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace shardkeep {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,  // the caller asked for something malformed
+  kNotFound,         // a checkpoint, file or leaf does not exist
+  kCorruption,       // stored bytes fail a checksum or a format check
+  kIncompatible,     // shape/dtype/tree mismatch, unsupported version or cast
+  kTimeout,          // a barrier or wait ran past its deadline
+  kStorage,          // the storage backend failed (I/O error, full disk...)
+  kAlreadyExists,    // refusing to overwrite a committed checkpoint
+  kCancelled,        // another participant failed; this one stopped
+  kInternal,         // a bug in shardkeep
+};
+
+const char* StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "Corruption: <message>", or "OK".
+  std::string ToString() const;
+
+  // Returns a copy whose message is prefixed with `context` ("ctx: msg").
+  Status WithContext(const std::string& context) const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+Status InvalidArgumentError(std::string message);
+Status NotFoundError(std::string message);
+Status CorruptionError(std::string message);
+Status IncompatibleError(std::string message);
+Status TimeoutError(std::string message);
+Status StorageError(std::string message);
+Status AlreadyExistsError(std::string message);
+Status CancelledError(std::string message);
+Status InternalError(std::string message);
+// A StorageError built from errno: "<what>: <strerror(err)>".
+Status ErrnoError(const std::string& what, int err);
+
+// Either a value or a non-OK Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT
+    if (status_.ok()) status_ = InternalError("Result built from OK status");
+  }
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  // REQUIRES: ok().
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace shardkeep
+
+#define SK_CONCAT_INNER_(a, b) a##b
+#define SK_CONCAT_(a, b) SK_CONCAT_INNER_(a, b)
+
+#define SK_RETURN_IF_ERROR(expr)                   \
+  do {                                             \
+    ::shardkeep::Status sk_status_ = (expr);       \
+    if (!sk_status_.ok()) return sk_status_;       \
+  } while (0)
+
+#define SK_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                              \
+  if (!tmp.ok()) return tmp.status();             \
+  lhs = std::move(tmp).value()
+
+// SK_ASSIGN_OR_RETURN(auto x, FunctionReturningResult());
+#define SK_ASSIGN_OR_RETURN(lhs, expr) \
+  SK_ASSIGN_OR_RETURN_IMPL_(SK_CONCAT_(sk_result_, __LINE__), lhs, expr)

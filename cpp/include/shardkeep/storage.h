@@ -1,0 +1,89 @@
+// The one interface shardkeep uses to reach bytes: a POSIX file system, an
+// in-memory store for tests, later object stores. Paths are '/'-separated
+// strings; the file backend takes them as file-system paths, the memory
+// backend as keys. Every method is safe to call from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkeep/status.h"
+
+namespace shardkeep {
+
+// What a backend guarantees, so the commit protocol can pick its strategy.
+struct StorageFeatures {
+  bool atomic_rename = false;  // Rename() of a directory is atomic
+  bool durable_sync = false;   // Sync()/SyncDir() make data survive a crash
+};
+
+// A file being written front to back by one thread.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(const void* data, size_t size) = 0;
+  // Makes every appended byte durable. Called once, after the last Append.
+  virtual Status Sync() = 0;
+  // REQUIRES: called once; no Append after it.
+  virtual Status Close() = 0;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  virtual StorageFeatures features() const = 0;
+
+  // Reads exactly `size` bytes at `offset` into `dst`. NotFound when the
+  // file does not exist; Corruption when it ends before offset + size.
+  virtual Status ReadAt(const std::string& path, uint64_t offset,
+                        uint64_t size, void* dst) = 0;
+  // The whole file. NotFound when absent.
+  virtual Result<std::string> ReadAll(const std::string& path) = 0;
+  virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+
+  // Replaces the file's content with `data` (creating it). When `sync`, the
+  // content is durable on return.
+  virtual Status WriteAll(const std::string& path, std::string_view data,
+                          bool sync) = 0;
+  // Creates (or truncates) `path` for appending.
+  virtual Result<std::unique_ptr<WritableFile>> OpenForAppend(
+      const std::string& path) = 0;
+
+  // True when a file or a directory (or, for key stores, any key below
+  // `path/`) exists.
+  virtual Result<bool> Exists(const std::string& path) = 0;
+  // Sorted names (not paths) of the direct children of directory `dir`:
+  // files and subdirectories. NotFound when `dir` does not exist.
+  virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
+  // Creates `dir` and its missing parents; OK when it exists already.
+  virtual Status CreateDir(const std::string& dir) = 0;
+  // Deletes one file. NotFound when absent.
+  virtual Status DeleteFile(const std::string& path) = 0;
+  // Deletes `path` and everything below it; OK when it does not exist.
+  virtual Status DeleteRecursive(const std::string& path) = 0;
+  // Moves a file or directory. AlreadyExists when `to` exists.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // Makes the entries of directory `dir` (creations, renames) durable.
+  virtual Status SyncDir(const std::string& dir) = 0;
+};
+
+std::shared_ptr<Storage> NewFileStorage();
+// A fresh, empty in-memory store.
+std::shared_ptr<Storage> NewMemoryStorage();
+
+// A backend and the path inside it that a URL names.
+struct StorageLocation {
+  std::shared_ptr<Storage> storage;
+  std::string path;
+};
+// "memory://name/a/b" → the process-wide memory store, path "name/a/b";
+// "file:///x/y" or "/x/y" or "x/y" → the file backend, path as given (a
+// trailing '/' is dropped). InvalidArgument for an unknown scheme or an
+// empty path.
+Result<StorageLocation> ResolveStorage(const std::string& url);
+
+}  // namespace shardkeep

@@ -1,0 +1,50 @@
+#include "shardkeep/status.h"
+
+#include <cstring>
+
+namespace shardkeep {
+
+const char* StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kNotFound: return "NotFound";
+    case StatusCode::kCorruption: return "Corruption";
+    case StatusCode::kIncompatible: return "Incompatible";
+    case StatusCode::kTimeout: return "Timeout";
+    case StatusCode::kStorage: return "Storage";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
+    case StatusCode::kCancelled: return "Cancelled";
+    case StatusCode::kInternal: return "Internal";
+  }
+  return "Unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return std::string(StatusCodeName(code_)) + ": " + message_;
+}
+
+Status Status::WithContext(const std::string& context) const {
+  if (ok()) return *this;
+  return Status(code_, context + ": " + message_);
+}
+
+Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+Status CorruptionError(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
+Status IncompatibleError(std::string m) { return {StatusCode::kIncompatible, std::move(m)}; }
+Status TimeoutError(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
+Status StorageError(std::string m) { return {StatusCode::kStorage, std::move(m)}; }
+Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+Status ErrnoError(const std::string& what, int err) {
+  char buffer[256];
+  // GNU strerror_r returns the message pointer (maybe not `buffer`).
+  const char* text = strerror_r(err, buffer, sizeof(buffer));
+  return StorageError(what + ": " + text);
+}
+
+}  // namespace shardkeep

@@ -1,0 +1,47 @@
+// `<checkpointable>/meta.json`: the kind and, for pytrees, the tree
+// structure and one spec per leaf. Pure encode/decode, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardkeep/status.h"
+
+namespace shardkeep::format {
+
+inline constexpr char kMetaFileName[] = "meta.json";
+
+enum class LeafKind { kArray, kScalar, kString, kNone };
+
+struct LeafMeta {
+  std::string path;               // escaped key path, e.g. "params/w"
+  LeafKind kind = LeafKind::kArray;
+  std::string dtype;              // numpy name; "" for kString and kNone
+  std::vector<uint64_t> shape;    // [] for scalars and 0-d arrays
+  nlohmann::json sharding;        // saved sharding description, or null
+  nlohmann::json value;           // the value of scalar/string leaves
+};
+
+struct CheckpointableMeta {
+  std::string kind;  // "pytree", "json", "bytes"
+  // For kind "pytree" only: the structure as built by the Python front
+  // (opaque here beyond being a JSON object) and the leaves in order.
+  nlohmann::json tree;
+  std::vector<LeafMeta> leaves;
+};
+
+std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta);
+
+// Checks types, dtype names (must be known to DTypeFromName for arrays and
+// scalars), rank ≤ 64, unique leaf paths. Errors name `file`.
+Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
+                                                    const std::string& file);
+
+std::string_view LeafKindName(LeafKind kind);
+
+}  // namespace shardkeep::format

@@ -1,0 +1,52 @@
+// `_SHARDKEEP`, the commit record: JSON, written last; a checkpoint exists
+// iff this file exists and decodes. Pure encode/decode, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardkeep/status.h"
+
+namespace shardkeep::format {
+
+inline constexpr char kCommitFileName[] = "_SHARDKEEP";
+inline constexpr int kFormatVersion = 1;
+
+struct CheckpointableEntry {
+  std::string name;  // also its folder name
+  std::string kind;  // "pytree", "json" or "bytes"
+};
+
+struct CommitRecord {
+  int version = kFormatVersion;
+  std::optional<int64_t> step;
+  int64_t created_ns = 0;
+  int64_t committed_ns = 0;
+  int process_count = 1;
+  std::vector<CheckpointableEntry> checkpointables;  // in save order
+  // checkpointable name → index files relative to the checkpointable folder.
+  std::map<std::string, std::vector<std::string>> index_files;
+  nlohmann::json custom_metadata = nlohmann::json::object();
+  nlohmann::json metrics = nlohmann::json::object();
+};
+
+std::string EncodeCommitRecord(const CommitRecord& record);
+
+// Refuses a foreign "format", a higher version, missing or mistyped
+// fields, and hostile names: a checkpointable name must be a single safe
+// path component and index paths must be "index/p<N>.idx". Unknown fields
+// are ignored. Errors name `file`.
+Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
+                                        const std::string& file);
+
+// True when `name` can be a checkpointable folder: 1–255 bytes of
+// [A-Za-z0-9_.-], not starting with '.'.
+bool IsSafeCheckpointableName(std::string_view name);
+
+}  // namespace shardkeep::format
