@@ -1,0 +1,372 @@
+// The restore pipeline: open a committed checkpoint, find the chunks that
+// intersect each requested box, read them with few large reads on several
+// threads, verify, decompress, and copy (casting) into the destinations.
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "engine/byte_limiter.h"
+#include "engine/copy.h"
+#include "engine/parallel.h"
+#include "format/checkpointable_meta.h"
+#include "format/commit_record.h"
+#include "format/index.h"
+#include "shardkeep/checkpoint.h"
+
+namespace shardkeep {
+namespace {
+
+// A stored chunk and the process whose files hold it.
+struct StoredChunk {
+  format::ChunkRecord record;
+  int process;
+};
+
+// Everything known about one pytree checkpointable once opened.
+struct OpenCheckpointable {
+  format::CheckpointableMeta meta;
+  std::vector<std::vector<StoredChunk>> chunks_by_leaf;
+};
+
+// Where one chunk's data goes: a region of a request's destination.
+struct Placement {
+  const ReadRequest* request;
+  Box region;
+};
+
+// One chunk to read and everything it feeds.
+struct ChunkRead {
+  const StoredChunk* chunk;
+  std::vector<Placement> placements;
+  // Set when the chunk's raw bytes are exactly one contiguous piece of a
+  // destination in the stored dtype: it is read straight into place.
+  uint8_t* direct = nullptr;
+};
+
+// Consecutive chunks of one data file fetched by a single read.
+struct RangeRead {
+  int process;
+  uint32_t data_file;
+  uint64_t offset;
+  uint64_t length;
+  std::vector<ChunkRead*> chunks;
+};
+
+uint64_t RowMajorOffset(const Box& inner, const Box& outer) {
+  uint64_t offset = 0;
+  for (size_t d = 0; d < outer.rank(); ++d) {
+    offset = offset * outer.shape[d] + (inner.origin[d] - outer.origin[d]);
+  }
+  return offset;
+}
+
+bool IsContiguousIn(const Box& inner, const Box& outer) {
+  size_t d = 0;
+  while (d < inner.rank() && inner.shape[d] == 1) ++d;
+  if (d < inner.rank()) ++d;
+  for (; d < inner.rank(); ++d) {
+    if (inner.shape[d] != outer.shape[d]) return false;
+  }
+  return true;
+}
+
+int ProcessOfIndexFile(const std::string& name) {
+  // DecodeCommitRecord guarantees the "index/p<N>.idx" form.
+  return std::stoi(name.substr(7, name.size() - 11));
+}
+
+class Reader final : public CheckpointReader {
+ public:
+  Reader(std::shared_ptr<Storage> storage, std::string path,
+         format::CommitRecord commit, std::string commit_json)
+      : storage_(std::move(storage)), path_(std::move(path)),
+        commit_(std::move(commit)), commit_json_(std::move(commit_json)) {}
+
+  const std::string& commit_json() const override { return commit_json_; }
+
+  Result<std::string> MetaJson(const std::string& name) override {
+    SK_RETURN_IF_ERROR(CheckListed(name).status());
+    const std::string file = path_ + "/" + name + "/" + format::kMetaFileName;
+    SK_ASSIGN_OR_RETURN(std::string bytes, storage_->ReadAll(file));
+    SK_RETURN_IF_ERROR(format::DecodeCheckpointableMeta(bytes, file).status());
+    return bytes;
+  }
+
+  Result<std::string> ReadValue(const std::string& name) override {
+    SK_ASSIGN_OR_RETURN(std::string kind, CheckListed(name));
+    if (kind == "pytree") {
+      return InvalidArgumentError("checkpointable '" + name +
+                                  "' is a pytree, not a json/bytes value");
+    }
+    return storage_->ReadAll(path_ + "/" + name + "/" +
+                             (kind == "json" ? "value.json" : "value.bin"));
+  }
+
+  Status Read(const std::string& name, const std::vector<ReadRequest>& requests,
+              const Options& options) override {
+    SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
+    std::map<const StoredChunk*, ChunkRead> reads;
+    for (const ReadRequest& request : requests) {
+      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads));
+    }
+    std::vector<RangeRead> ranges = Coalesce(reads, options);
+    internal::ByteLimiter limiter(options.ResolvedHostMemoryLimit());
+    return internal::ParallelFor(
+        ranges.size(), options.ResolvedIoThreads(), [&](size_t i) {
+          return ReadRange(name, *part, ranges[i], limiter);
+        });
+  }
+
+ private:
+  Result<std::string> CheckListed(const std::string& name) const {
+    std::string listed;
+    for (const auto& entry : commit_.checkpointables) {
+      if (entry.name == name) return entry.kind;
+      listed += (listed.empty() ? "" : ", ") + entry.name;
+    }
+    return NotFoundError("checkpoint " + path_ + " has no checkpointable '" + name +
+                         "' (it has: " + listed + ")");
+  }
+
+  // Loads meta.json and every index of `name` once.
+  Result<OpenCheckpointable*> Open(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = open_.find(name);
+    if (it != open_.end()) return it->second.get();
+    SK_ASSIGN_OR_RETURN(std::string meta_json, MetaJson(name));
+    auto part = std::make_unique<OpenCheckpointable>();
+    SK_ASSIGN_OR_RETURN(part->meta, format::DecodeCheckpointableMeta(
+                                        meta_json, path_ + "/" + name + "/meta.json"));
+    part->chunks_by_leaf.resize(part->meta.leaves.size());
+    auto listed = commit_.index_files.find(name);
+    if (listed == commit_.index_files.end()) return &Remember(name, std::move(part));
+    for (const std::string& index : listed->second) {
+      const std::string file = path_ + "/" + name + "/" + index;
+      Result<std::string> bytes = storage_->ReadAll(file);
+      if (bytes.status().code() == StatusCode::kNotFound) {
+        return CorruptionError("checkpoint " + path_ + " is incomplete: " + file +
+                               ", listed in _SHARDKEEP, is missing");
+      }
+      SK_RETURN_IF_ERROR(bytes.status());
+      SK_ASSIGN_OR_RETURN(auto records, format::DecodeIndex(*bytes, file));
+      const int process = ProcessOfIndexFile(index);
+      for (auto& record : records) {
+        SK_RETURN_IF_ERROR(CheckRecord(part->meta, record, file));
+        part->chunks_by_leaf[record.leaf].push_back({std::move(record), process});
+      }
+    }
+    return &Remember(name, std::move(part));
+  }
+
+  // REQUIRES: mu_ held.
+  OpenCheckpointable& Remember(const std::string& name,
+                               std::unique_ptr<OpenCheckpointable> part) {
+    return *(open_[name] = std::move(part));
+  }
+
+  // A record from an untrusted file must agree with meta.json before any of
+  // its numbers is used to size a buffer or address memory.
+  static Status CheckRecord(const format::CheckpointableMeta& meta,
+                            const format::ChunkRecord& record,
+                            const std::string& file) {
+    auto bad = [&](const std::string& what) {
+      return CorruptionError(file + ": chunk of leaf #" +
+                             std::to_string(record.leaf) + " " + what);
+    };
+    if (record.leaf >= meta.leaves.size()) return bad("names no leaf of meta.json");
+    const format::LeafMeta& leaf = meta.leaves[record.leaf];
+    if (leaf.kind != format::LeafKind::kArray) return bad("belongs to a non-array leaf");
+    Box whole{std::vector<uint64_t>(leaf.shape.size(), 0), leaf.shape};
+    if (!Contains(whole, record.box)) {
+      return bad("has box " + record.box.ToString() + " outside shape " +
+                 whole.ToString());
+    }
+    SK_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(leaf.dtype));
+    if (record.raw_length != record.box.NumElements() * DTypeSize(dtype)) {
+      return bad("has raw length " + std::to_string(record.raw_length) +
+                 " that does not match its box");
+    }
+    if (record.codec == format::Codec::kRaw &&
+        record.stored_length != record.raw_length) {
+      return bad("is raw but its stored and raw lengths differ");
+    }
+    return Status::Ok();
+  }
+
+  Status Plan(const std::string& name, OpenCheckpointable& part,
+              const ReadRequest& request, const Options& options,
+              std::map<const StoredChunk*, ChunkRead>& reads) {
+    if (request.leaf >= part.meta.leaves.size()) {
+      return InvalidArgumentError("checkpointable '" + name + "' has no leaf #" +
+                                  std::to_string(request.leaf));
+    }
+    const format::LeafMeta& leaf = part.meta.leaves[request.leaf];
+    const std::string where = "leaf '" + leaf.path + "' of " + path_ + "/" + name;
+    if (leaf.kind != format::LeafKind::kArray) {
+      return InvalidArgumentError(where + " is not an array");
+    }
+    Box whole{std::vector<uint64_t>(leaf.shape.size(), 0), leaf.shape};
+    if (!Contains(whole, request.box)) {
+      return IncompatibleError(where + ": requested box " + request.box.ToString() +
+                               " lies outside the stored shape " + whole.ToString());
+    }
+    SK_ASSIGN_OR_RETURN(DType stored, DTypeFromName(leaf.dtype));
+    SK_RETURN_IF_ERROR(internal::CheckCast(stored, request.dtype,
+                                           options.allow_lossy_cast)
+                           .WithContext(where));
+    uint64_t covered = 0;
+    for (const StoredChunk& chunk : part.chunks_by_leaf[request.leaf]) {
+      std::optional<Box> region = Intersect(chunk.record.box, request.box);
+      if (!region) continue;
+      covered += region->NumElements();
+      ChunkRead& read = reads[&chunk];
+      read.chunk = &chunk;
+      const bool whole_chunk = *region == chunk.record.box;
+      if (whole_chunk && stored == request.dtype && read.placements.empty() &&
+          chunk.record.codec == format::Codec::kRaw &&
+          IsContiguousIn(*region, request.box)) {
+        read.direct = request.dst +
+                      RowMajorOffset(*region, request.box) * DTypeSize(stored);
+      } else {
+        read.direct = nullptr;  // a second placement: read once, copy twice
+      }
+      read.placements.push_back({&request, std::move(*region)});
+    }
+    if (covered != request.box.NumElements()) {
+      return CorruptionError(where + ": the stored chunks cover " +
+                             std::to_string(covered) + " of the " +
+                             std::to_string(request.box.NumElements()) +
+                             " elements of box " + request.box.ToString() +
+                             " (an index file is missing or damaged)");
+    }
+    return Status::Ok();
+  }
+
+  // Groups chunk reads into ranges of one data file. Direct reads stay
+  // alone (they land in distinct destinations); buffered ones merge while
+  // the gap between them is small, trading a few wasted bytes for fewer
+  // system calls.
+  static std::vector<RangeRead> Coalesce(std::map<const StoredChunk*, ChunkRead>& reads,
+                                         const Options& options) {
+    std::vector<ChunkRead*> order;
+    for (auto& [chunk, read] : reads) order.push_back(&read);
+    std::sort(order.begin(), order.end(), [](const ChunkRead* a, const ChunkRead* b) {
+      const auto& ra = a->chunk->record;
+      const auto& rb = b->chunk->record;
+      return std::tie(a->chunk->process, ra.data_file, ra.offset) <
+             std::tie(b->chunk->process, rb.data_file, rb.offset);
+    });
+    const uint64_t max_range = std::max<uint64_t>(options.chunk_bytes, 8ull << 20);
+    std::vector<RangeRead> ranges;
+    for (ChunkRead* read : order) {
+      const auto& record = read->chunk->record;
+      RangeRead* last = ranges.empty() ? nullptr : &ranges.back();
+      const bool mergeable =
+          last && !read->direct && !last->chunks.front()->direct &&
+          last->process == read->chunk->process &&
+          last->data_file == record.data_file &&
+          record.offset >= last->offset + last->length &&
+          record.offset - (last->offset + last->length) <= options.coalesce_gap_bytes &&
+          record.offset + record.stored_length - last->offset <= max_range;
+      if (mergeable) {
+        last->length = record.offset + record.stored_length - last->offset;
+        last->chunks.push_back(read);
+      } else {
+        ranges.push_back({read->chunk->process, record.data_file, record.offset,
+                          record.stored_length, {read}});
+      }
+    }
+    return ranges;
+  }
+
+  Status ReadRange(const std::string& name, const OpenCheckpointable& part,
+                   const RangeRead& range, internal::ByteLimiter& limiter) {
+    const std::string file =
+        path_ + "/" + name + "/" + format::DataFileName(range.process, range.data_file);
+    if (range.chunks.front()->direct) {
+      ChunkRead& read = *range.chunks.front();
+      SK_RETURN_IF_ERROR(
+          storage_->ReadAt(file, range.offset, range.length, read.direct));
+      return Verify(part, read, read.direct, file);
+    }
+    internal::ScopedBytes hold(limiter, range.length);
+    std::vector<uint8_t> buffer(range.length);
+    SK_RETURN_IF_ERROR(storage_->ReadAt(file, range.offset, range.length, buffer.data()));
+    std::vector<uint8_t> decompressed;
+    for (ChunkRead* read : range.chunks) {
+      const auto& record = read->chunk->record;
+      const uint8_t* stored = buffer.data() + (record.offset - range.offset);
+      SK_RETURN_IF_ERROR(Verify(part, *read, stored, file));
+      const uint8_t* raw = stored;
+      if (record.codec == format::Codec::kZstd) {
+        decompressed.resize(record.raw_length);
+        const size_t n = ZSTD_decompress(decompressed.data(), record.raw_length,
+                                         stored, record.stored_length);
+        if (ZSTD_isError(n) || n != record.raw_length) {
+          return CorruptionError(ChunkWhere(part, *read, file) +
+                                 " does not decompress to its recorded length");
+        }
+        raw = decompressed.data();
+      }
+      SK_ASSIGN_OR_RETURN(DType stored_dtype,
+                          DTypeFromName(part.meta.leaves[record.leaf].dtype));
+      for (const Placement& placement : read->placements) {
+        internal::CopyRegion(raw, record.box, stored_dtype, placement.request->dst,
+                             placement.request->box, placement.request->dtype,
+                             placement.region);
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::string ChunkWhere(const OpenCheckpointable& part, const ChunkRead& read,
+                         const std::string& file) const {
+    const auto& record = read.chunk->record;
+    return "chunk " + record.box.ToString() + " of leaf '" +
+           part.meta.leaves[record.leaf].path + "' in " + file + " at offset " +
+           std::to_string(record.offset);
+  }
+
+  Status Verify(const OpenCheckpointable& part, const ChunkRead& read,
+                const uint8_t* stored, const std::string& file) const {
+    const auto& record = read.chunk->record;
+    if (XXH3_64bits(stored, record.stored_length) != record.checksum) {
+      return CorruptionError("checksum mismatch: " + ChunkWhere(part, read, file) +
+                             " has changed since it was written");
+    }
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Storage> storage_;
+  const std::string path_;
+  format::CommitRecord commit_;
+  const std::string commit_json_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<OpenCheckpointable>> open_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
+    std::shared_ptr<Storage> storage, const std::string& path) {
+  const std::string file = path + "/" + format::kCommitFileName;
+  Result<std::string> bytes = storage->ReadAll(file);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no committed checkpoint at " + path + ": " + file +
+                           " does not exist (the path is wrong, or its save "
+                           "never committed)");
+    }
+    return bytes.status();
+  }
+  SK_ASSIGN_OR_RETURN(format::CommitRecord commit,
+                      format::DecodeCommitRecord(*bytes, file));
+  std::unique_ptr<CheckpointReader> reader = std::make_unique<Reader>(
+      std::move(storage), path, std::move(commit), std::move(*bytes));
+  return reader;
+}
+
+}  // namespace shardkeep

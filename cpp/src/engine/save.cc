@@ -1,0 +1,279 @@
+// The save pipeline and its commit protocol. A checkpoint appears whole or
+// not at all:
+//
+//  Blocking phase (caller's thread):
+//   1. Validate the request against its own meta.json.
+//   2. Primary: refuse a committed checkpoint at <path> unless `force`;
+//      remove a stale <path>.shardkeep-tmp left by a crash; create it fresh
+//      with <checkpointable>/{data,index}/ folders. Barrier "prepared".
+//  Background phase (a thread owned by the SaveHandle):
+//   3. Every process writes its chunks and its index into the temporary
+//      folder and fsyncs them (WriteShards). The primary also writes the
+//      values of json/bytes checkpointables.
+//   4. Barrier "written".
+//   5. Primary: writes every meta.json, then _SHARDKEEP, fsyncs them and
+//      their folders, then renames <path>.shardkeep-tmp to <path> and
+//      fsyncs the parent. With `force`, a committed <path> is first moved
+//      to <path>.shardkeep-old and deleted after the rename.
+//   6. Barrier "committed"; the future resolves.
+//
+// A crash before the rename in step 5 leaves only the temporary folder,
+// which no reader accepts (it has no _SHARDKEEP at <path>) and the next save
+// removes.
+#include <atomic>
+#include <chrono>
+#include <set>
+
+#include "engine/shard_writer.h"
+#include "format/checkpointable_meta.h"
+#include "format/commit_record.h"
+#include "format/index.h"
+#include "shardkeep/checkpoint.h"
+
+namespace shardkeep {
+namespace {
+
+constexpr char kTmpSuffix[] = ".shardkeep-tmp";
+constexpr char kOldSuffix[] = ".shardkeep-old";
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Every process numbers its saves in the same order, so the n-th save has
+// the same barrier keys everywhere and never reuses an earlier one's.
+std::string OperationId(const std::string& path) {
+  static std::atomic<uint64_t> sequence{0};
+  return "shardkeep/save/" + std::to_string(sequence.fetch_add(1)) + "/" + path;
+}
+
+Status ValidateShard(const CheckpointablePayload& part,
+                     const format::CheckpointableMeta& meta,
+                     const ShardData& shard) {
+  if (shard.leaf >= meta.leaves.size()) {
+    return InvalidArgumentError("shard of leaf #" + std::to_string(shard.leaf) +
+                                " but checkpointable '" + part.name + "' has " +
+                                std::to_string(meta.leaves.size()) + " leaves");
+  }
+  const format::LeafMeta& leaf = meta.leaves[shard.leaf];
+  const std::string where = "leaf '" + leaf.path + "' of '" + part.name + "'";
+  if (leaf.kind != format::LeafKind::kArray) {
+    return InvalidArgumentError(where + " is not an array but has a shard");
+  }
+  if (DTypeName(shard.dtype) != leaf.dtype) {
+    return InvalidArgumentError(where + ": shard dtype " +
+                                std::string(DTypeName(shard.dtype)) +
+                                " differs from " + leaf.dtype);
+  }
+  Box whole{std::vector<uint64_t>(leaf.shape.size(), 0), leaf.shape};
+  if (!Contains(whole, shard.box)) {
+    return InvalidArgumentError(where + ": shard box " + shard.box.ToString() +
+                                " lies outside shape " + whole.ToString());
+  }
+  if (shard.data == nullptr && shard.box.NumElements() > 0) {
+    return InvalidArgumentError(where + ": shard has no data");
+  }
+  return Status::Ok();
+}
+
+Status ValidateRequest(const SaveRequest& request) {
+  if (request.path.empty()) return InvalidArgumentError("empty checkpoint path");
+  if (request.parts.empty()) {
+    return InvalidArgumentError("nothing to save: no checkpointables");
+  }
+  std::set<std::string> names;
+  for (const CheckpointablePayload& part : request.parts) {
+    if (!format::IsSafeCheckpointableName(part.name)) {
+      return InvalidArgumentError(
+          "checkpointable name '" + part.name +
+          "' must be 1-255 characters of [A-Za-z0-9_.-], not starting with '.'");
+    }
+    if (!names.insert(part.name).second) {
+      return InvalidArgumentError("checkpointable '" + part.name + "' given twice");
+    }
+    SK_ASSIGN_OR_RETURN(format::CheckpointableMeta meta,
+                        format::DecodeCheckpointableMeta(
+                            part.meta_json, part.name + "/meta.json"));
+    if (meta.kind != part.kind) {
+      return InvalidArgumentError("checkpointable '" + part.name + "' is of kind '" +
+                                  part.kind + "' but its meta.json says '" +
+                                  meta.kind + "'");
+    }
+    for (const ShardData& shard : part.shards) {
+      SK_RETURN_IF_ERROR(ValidateShard(part, meta, shard));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ValueFileName(const std::string& kind) {
+  return kind == "json" ? "value.json" : "value.bin";
+}
+
+class SaveOperation {
+ public:
+  SaveOperation(std::shared_ptr<Storage> storage,
+                std::shared_ptr<Coordinator> coordinator, SaveRequest request,
+                const Options& options)
+      : storage_(std::move(storage)),
+        coordinator_(std::move(coordinator)),
+        request_(std::move(request)),
+        options_(options),
+        tmp_(request_.path + kTmpSuffix),
+        id_(OperationId(request_.path)),
+        created_ns_(NowNs()) {}
+
+  // Steps 1–2.
+  Status Prepare() {
+    SK_RETURN_IF_ERROR(ValidateRequest(request_));
+    if (coordinator_->is_primary()) {
+      SK_RETURN_IF_ERROR(PrepareTemporaryDir());
+    }
+    return Barrier("prepared");
+  }
+
+  // Steps 3–6.
+  Status Run() {
+    std::vector<std::vector<std::string>> index_files(request_.parts.size());
+    for (size_t i = 0; i < request_.parts.size(); ++i) {
+      SK_RETURN_IF_ERROR(WritePart(request_.parts[i], index_files[i]));
+    }
+    SK_RETURN_IF_ERROR(Barrier("written"));
+    if (coordinator_->is_primary()) SK_RETURN_IF_ERROR(Commit());
+    return Barrier("committed");
+  }
+
+ private:
+  Status Barrier(const std::string& name) {
+    return coordinator_->Barrier(id_ + "/" + name, options_.timeout_s)
+        .WithContext("save of " + request_.path);
+  }
+
+  Status PrepareTemporaryDir() {
+    const std::string& path = request_.path;
+    SK_ASSIGN_OR_RETURN(bool committed,
+                        storage_->Exists(path + "/" + format::kCommitFileName));
+    if (committed && !request_.force) {
+      return AlreadyExistsError("a checkpoint is already committed at " + path +
+                                "; pass force=True to replace it");
+    }
+    if (!committed) {
+      SK_ASSIGN_OR_RETURN(bool exists, storage_->Exists(path));
+      if (exists) {
+        SK_ASSIGN_OR_RETURN(std::vector<std::string> entries, storage_->List(path));
+        if (!entries.empty() && !request_.force) {
+          return AlreadyExistsError(path +
+                                    " exists, is not empty and is not a shardkeep "
+                                    "checkpoint; pass force=True to replace it");
+        }
+      }
+    }
+    SK_RETURN_IF_ERROR(storage_->DeleteRecursive(tmp_));
+    for (const CheckpointablePayload& part : request_.parts) {
+      SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/data"));
+      SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/index"));
+    }
+    return Status::Ok();
+  }
+
+  Status WritePart(const CheckpointablePayload& part,
+                   std::vector<std::string>& index_files) {
+    const std::string dir = tmp_ + "/" + part.name;
+    if (part.kind == "pytree") {
+      SK_ASSIGN_OR_RETURN(std::string index,
+                          internal::WriteShards(*storage_, dir,
+                                                coordinator_->process_index(),
+                                                part.shards, options_));
+      index_files.push_back(std::move(index));
+      return Status::Ok();
+    }
+    if (!coordinator_->is_primary()) return Status::Ok();
+    return storage_->WriteAll(dir + "/" + ValueFileName(part.kind), part.value, true);
+  }
+
+  Status Commit() {
+    format::CommitRecord record;
+    record.step = request_.step;
+    record.created_ns = created_ns_;
+    record.process_count = coordinator_->process_count();
+    record.custom_metadata = request_.custom_metadata;
+    record.metrics = request_.metrics;
+    for (const CheckpointablePayload& part : request_.parts) {
+      const std::string dir = tmp_ + "/" + part.name;
+      SK_RETURN_IF_ERROR(storage_->WriteAll(
+          dir + "/" + format::kMetaFileName, part.meta_json, true));
+      record.checkpointables.push_back({part.name, part.kind});
+      if (part.kind == "pytree") {
+        std::vector<std::string>& files = record.index_files[part.name];
+        for (int p = 0; p < record.process_count; ++p) {
+          files.push_back(format::IndexFileName(p));
+        }
+      }
+      for (const char* sub : {"/data", "/index", ""}) {
+        SK_RETURN_IF_ERROR(storage_->SyncDir(dir + sub));
+      }
+    }
+    record.committed_ns = NowNs();
+    SK_RETURN_IF_ERROR(storage_->WriteAll(tmp_ + "/" + format::kCommitFileName,
+                                          format::EncodeCommitRecord(record), true));
+    SK_RETURN_IF_ERROR(storage_->SyncDir(tmp_));
+    return MakeVisible();
+  }
+
+  Status MakeVisible() {
+    const std::string& path = request_.path;
+    const std::string old = path + kOldSuffix;
+    SK_ASSIGN_OR_RETURN(bool exists, storage_->Exists(path));
+    if (exists) {
+      // Replacing (force): move the old one aside so the rename below lands
+      // on a free name; the window without a checkpoint at <path> is two
+      // renames long, and the old one survives it at <path>.shardkeep-old.
+      SK_RETURN_IF_ERROR(storage_->DeleteRecursive(old));
+      SK_RETURN_IF_ERROR(storage_->Rename(path, old));
+    }
+    SK_RETURN_IF_ERROR(storage_->Rename(tmp_, path));
+    SK_RETURN_IF_ERROR(storage_->SyncDir(ParentDir(path)));
+    if (exists) SK_RETURN_IF_ERROR(storage_->DeleteRecursive(old));
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Storage> storage_;
+  std::shared_ptr<Coordinator> coordinator_;
+  SaveRequest request_;
+  const Options options_;
+  const std::string tmp_;
+  const std::string id_;
+  const int64_t created_ns_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SaveHandle>> StartSave(
+    std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
+    SaveRequest request, const Options& options) {
+  auto operation = std::make_shared<SaveOperation>(
+      std::move(storage), std::move(coordinator), std::move(request), options);
+  SK_RETURN_IF_ERROR(operation->Prepare());
+  Future future;
+  std::thread thread([operation, future] { future.Set(operation->Run()); });
+  return std::make_unique<SaveHandle>(future, std::move(thread));
+}
+
+Status Save(std::shared_ptr<Storage> storage,
+            std::shared_ptr<Coordinator> coordinator, SaveRequest request,
+            const Options& options) {
+  SK_ASSIGN_OR_RETURN(auto handle, StartSave(std::move(storage), std::move(coordinator),
+                                             std::move(request), options));
+  return *handle->future().Wait(-1);
+}
+
+}  // namespace shardkeep

@@ -1,0 +1,181 @@
+#include "engine/shard_writer.h"
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "engine/chunking.h"
+#include "engine/copy.h"
+#include "engine/parallel.h"
+#include "format/index.h"
+
+namespace shardkeep::internal {
+namespace {
+
+struct ChunkTask {
+  const ShardData* shard;
+  Box box;
+};
+
+// True when `chunk` occupies one contiguous byte range of `shard`'s
+// row-major buffer: all dimensions after the first partial one are full.
+bool IsContiguousIn(const Box& chunk, const Box& shard) {
+  size_t d = 0;
+  while (d < chunk.rank() && chunk.shape[d] == 1) ++d;  // leading unit dims
+  if (d < chunk.rank()) ++d;                            // the partial one
+  for (; d < chunk.rank(); ++d) {
+    if (chunk.shape[d] != shard.shape[d]) return false;
+  }
+  return true;
+}
+
+uint64_t RowMajorOffset(const Box& inner, const Box& outer) {
+  uint64_t offset = 0;
+  for (size_t d = 0; d < outer.rank(); ++d) {
+    offset = offset * outer.shape[d] + (inner.origin[d] - outer.origin[d]);
+  }
+  return offset;
+}
+
+// One writer thread's state: its current data file and scratch buffers.
+class ThreadWriter {
+ public:
+  ThreadWriter(Storage& storage, const std::string& dir, int process,
+               const Options& options, std::atomic<uint32_t>& next_file)
+      : storage_(storage), dir_(dir), process_(process), options_(options),
+        next_file_(next_file) {}
+
+  Status Write(const ChunkTask& task, std::vector<format::ChunkRecord>& out) {
+    const ShardData& shard = *task.shard;
+    const uint64_t item = DTypeSize(shard.dtype);
+    const uint64_t raw_length = task.box.NumElements() * item;
+    const uint8_t* raw = nullptr;
+    if (IsContiguousIn(task.box, shard.box)) {
+      raw = shard.data + RowMajorOffset(task.box, shard.box) * item;
+    } else {
+      gather_.resize(raw_length);
+      CopyRegion(shard.data, shard.box, shard.dtype, gather_.data(), task.box,
+                 shard.dtype, task.box);
+      raw = gather_.data();
+    }
+    format::ChunkRecord record;
+    record.leaf = shard.leaf;
+    record.box = task.box;
+    record.raw_length = raw_length;
+    const uint8_t* stored = raw;
+    uint64_t stored_length = raw_length;
+    if (options_.compress) {
+      compressed_.resize(ZSTD_compressBound(raw_length));
+      const size_t n = ZSTD_compress(compressed_.data(), compressed_.size(), raw,
+                                     raw_length, options_.zstd_level);
+      if (ZSTD_isError(n)) {
+        return InternalError(std::string("zstd compression failed: ") +
+                             ZSTD_getErrorName(n));
+      }
+      // Incompressible data is stored raw: smaller and faster to read.
+      if (n < raw_length) {
+        record.codec = format::Codec::kZstd;
+        stored = compressed_.data();
+        stored_length = n;
+      }
+    }
+    record.stored_length = stored_length;
+    record.checksum = XXH3_64bits(stored, stored_length);
+    SK_RETURN_IF_ERROR(EnsureFile(stored_length));
+    record.data_file = file_number_;
+    record.offset = file_bytes_;
+    SK_RETURN_IF_ERROR(file_->Append(stored, stored_length));
+    file_bytes_ += stored_length;
+    out.push_back(std::move(record));
+    return Status::Ok();
+  }
+
+  // Syncs and closes the current file; data is durable only after this.
+  Status Finish() {
+    if (!file_) return Status::Ok();
+    SK_RETURN_IF_ERROR(file_->Sync());
+    Status status = file_->Close();
+    file_.reset();
+    return status;
+  }
+
+ private:
+  Status EnsureFile(uint64_t next_bytes) {
+    if (file_ && file_bytes_ > 0 &&
+        file_bytes_ + next_bytes > options_.data_file_bytes) {
+      SK_RETURN_IF_ERROR(Finish());
+    }
+    if (file_) return Status::Ok();
+    file_number_ = next_file_.fetch_add(1);
+    const std::string path =
+        dir_ + "/" + format::DataFileName(process_, file_number_);
+    SK_ASSIGN_OR_RETURN(file_, storage_.OpenForAppend(path));
+    file_bytes_ = 0;
+    return Status::Ok();
+  }
+
+  Storage& storage_;
+  const std::string& dir_;
+  const int process_;
+  const Options& options_;
+  std::atomic<uint32_t>& next_file_;
+  std::unique_ptr<WritableFile> file_;
+  uint32_t file_number_ = 0;
+  uint64_t file_bytes_ = 0;
+  std::vector<uint8_t> gather_;
+  std::vector<uint8_t> compressed_;
+};
+
+}  // namespace
+
+Result<std::string> WriteShards(Storage& storage, const std::string& dir,
+                                int process_index,
+                                const std::vector<ShardData>& shards,
+                                const Options& options) {
+  std::vector<ChunkTask> tasks;
+  for (const ShardData& shard : shards) {
+    if (shard.box.NumElements() == 0) continue;  // nothing to store
+    for (Box& box : SplitIntoChunks(shard.box, DTypeSize(shard.dtype),
+                                    options.chunk_bytes)) {
+      tasks.push_back({&shard, std::move(box)});
+    }
+  }
+  // Each thread takes the next unclaimed chunk and appends it to its own
+  // file, so large shards are spread over all threads, the load balances
+  // itself, and no two threads share a file.
+  const int threads = std::max(
+      1, std::min<int>(options.ResolvedIoThreads(), static_cast<int>(tasks.size())));
+  std::atomic<uint32_t> next_file{0};
+  std::atomic<size_t> next_task{0};
+  std::vector<std::unique_ptr<ThreadWriter>> writers;
+  std::vector<std::vector<format::ChunkRecord>> records(threads);
+  for (int t = 0; t < threads; ++t) {
+    writers.push_back(std::make_unique<ThreadWriter>(storage, dir, process_index,
+                                                     options, next_file));
+  }
+  SK_RETURN_IF_ERROR(ParallelFor(threads, threads, [&](size_t t) -> Status {
+    for (size_t i; (i = next_task.fetch_add(1)) < tasks.size();) {
+      SK_RETURN_IF_ERROR(writers[t]->Write(tasks[i], records[t]));
+    }
+    return writers[t]->Finish();
+  }));
+
+  std::vector<format::ChunkRecord> all;
+  for (auto& part : records) {
+    all.insert(all.end(), std::make_move_iterator(part.begin()),
+               std::make_move_iterator(part.end()));
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.leaf, a.box.origin) < std::tie(b.leaf, b.box.origin);
+  });
+  const std::string index_name = format::IndexFileName(process_index);
+  SK_RETURN_IF_ERROR(
+      storage.WriteAll(dir + "/" + index_name, format::EncodeIndex(all), true));
+  return index_name;
+}
+
+}  // namespace shardkeep::internal

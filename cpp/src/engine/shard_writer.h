@@ -1,0 +1,26 @@
+// Writes one process's shards of one pytree checkpointable: data files and
+// the index. Used by the save pipeline; knows nothing of the commit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shardkeep/checkpoint.h"
+#include "shardkeep/options.h"
+#include "shardkeep/storage.h"
+
+namespace shardkeep::internal {
+
+// Splits every shard into chunks of at most options.chunk_bytes, writes
+// them on options.io_threads threads (each into data files of its own,
+// `data/p<P>-<F>.bin`, rolling past options.data_file_bytes), checksums and
+// optionally compresses each chunk, fsyncs every data file once, and
+// finally writes and fsyncs `index/p<P>.idx`. `dir` is the checkpointable's
+// folder; its `data/` and `index/` subfolders must exist.
+// Returns the index file's path relative to `dir`.
+Result<std::string> WriteShards(Storage& storage, const std::string& dir,
+                                int process_index,
+                                const std::vector<ShardData>& shards,
+                                const Options& options);
+
+}  // namespace shardkeep::internal

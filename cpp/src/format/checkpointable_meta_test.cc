@@ -1,0 +1,240 @@
+#include "format/checkpointable_meta.h"
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "testing/status_matchers.h"
+
+namespace shardkeep::format {
+namespace {
+
+using json = nlohmann::json;
+const std::string kFile = "ckpt/state/meta.json";
+
+std::string ReadTestFile(const std::string& name) {
+  std::ifstream in(std::string(SHARDKEEP_TESTDATA_DIR) + "/format/" + name,
+                   std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json Leaf(int i) { return {{"type", "leaf"}, {"leaf", i}}; }
+
+// The pytree in cpp/testdata/format/golden_meta.json:
+//   {"a": f32[4,6], "b": {"c": (bf16[8,1024] sharded, inf)}, "lr": 0.5,
+//    "name": "demo", "nothing": None, "step": 1200, "x/y": int4[]}
+// That file was written by hand from docs/FORMAT.md (leaf field order,
+// null/[] conventions, two-space indentation; the opaque "tree" and
+// "sharding" objects have sorted keys), not by the encoder; the encoder's
+// output is required to equal it byte for byte.
+CheckpointableMeta GoldenMeta() {
+  CheckpointableMeta m;
+  m.kind = "pytree";
+  m.tree = {{"type", "dict"},
+            {"keys", {"a", "b", "lr", "name", "nothing", "step", "x/y"}},
+            {"children",
+             {Leaf(0),
+              {{"type", "dict"},
+               {"keys", {"c"}},
+               {"children",
+                {{{"type", "tuple"}, {"children", {Leaf(1), Leaf(2)}}}}}},
+              Leaf(3), Leaf(4), Leaf(5), Leaf(6), Leaf(7)}}};
+  auto leaf = [](std::string path, LeafKind kind, std::string dtype,
+                 std::vector<uint64_t> shape, json value = nullptr) {
+    LeafMeta l;
+    l.path = std::move(path);
+    l.kind = kind;
+    l.dtype = std::move(dtype);
+    l.shape = std::move(shape);
+    l.value = std::move(value);
+    return l;
+  };
+  m.leaves = {
+      leaf("a", LeafKind::kArray, "float32", {4, 6}),
+      leaf("b/c/0", LeafKind::kArray, "bfloat16", {8, 1024}),
+      leaf("b/c/1", LeafKind::kScalar, "float64", {}, "inf"),
+      leaf("lr", LeafKind::kScalar, "float64", {}, 0.5),
+      leaf("name", LeafKind::kString, "", {}, "demo"),
+      leaf("nothing", LeafKind::kNone, "", {}),
+      leaf("step", LeafKind::kScalar, "int64", {}, 1200),
+      leaf("x~1y", LeafKind::kArray, "int4", {}),
+  };
+  m.leaves[1].sharding = {{"mesh_axes", {"data", "model"}},
+                          {"spec", {"data", nullptr}}};
+  return m;
+}
+
+void ExpectSameMeta(const CheckpointableMeta& a, const CheckpointableMeta& b) {
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.tree, b.tree);
+  ASSERT_EQ(a.leaves.size(), b.leaves.size());
+  for (size_t i = 0; i < a.leaves.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(a.leaves[i].path, b.leaves[i].path);
+    EXPECT_EQ(a.leaves[i].kind, b.leaves[i].kind);
+    EXPECT_EQ(a.leaves[i].dtype, b.leaves[i].dtype);
+    EXPECT_EQ(a.leaves[i].shape, b.leaves[i].shape);
+    EXPECT_EQ(a.leaves[i].sharding, b.leaves[i].sharding);
+    EXPECT_EQ(a.leaves[i].value, b.leaves[i].value);
+  }
+}
+
+void ExpectCorruption(const std::string& text, const std::string& what) {
+  auto r = DecodeCheckpointableMeta(text, kFile);
+  ASSERT_FALSE(r.ok()) << text;
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(r.status().message().rfind(kFile + ": ", 0), 0u)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find(what), std::string::npos)
+      << r.status().message();
+}
+
+// The golden document with leaf `i` edited by `edit`.
+std::string WithLeaf(size_t i, const std::function<void(json&)>& edit) {
+  json j = json::parse(ReadTestFile("golden_meta.json"));
+  edit(j["leaves"][i]);
+  return j.dump();
+}
+
+TEST(CheckpointableMetaGolden, EncoderMatchesGoldenByteForByte) {
+  const std::string golden = ReadTestFile("golden_meta.json");
+  ASSERT_FALSE(golden.empty()) << "missing cpp/testdata/format/golden_meta.json";
+  EXPECT_EQ(EncodeCheckpointableMeta(GoldenMeta()), golden);
+}
+
+TEST(CheckpointableMetaGolden, DecoderReadsGolden) {
+  SK_ASSERT_OK_AND_ASSIGN(
+      auto m, DecodeCheckpointableMeta(ReadTestFile("golden_meta.json"), kFile));
+  ExpectSameMeta(m, GoldenMeta());
+}
+
+TEST(CheckpointableMeta, JsonAndBytesKinds) {
+  for (const char* kind : {"json", "bytes"}) {
+    CheckpointableMeta m;
+    m.kind = kind;
+    const std::string text = EncodeCheckpointableMeta(m);
+    EXPECT_EQ(text, std::string("{\n  \"kind\": \"") + kind + "\"\n}\n");
+    SK_ASSERT_OK_AND_ASSIGN(auto d, DecodeCheckpointableMeta(text, kFile));
+    EXPECT_EQ(d.kind, kind);
+    EXPECT_TRUE(d.leaves.empty());
+  }
+}
+
+TEST(CheckpointableMeta, EmptyPytreeAndLargeShapes) {
+  CheckpointableMeta m;
+  m.kind = "pytree";
+  m.tree = {{"type", "dict"}, {"keys", json::array()},
+            {"children", json::array()}};
+  SK_ASSERT_OK_AND_ASSIGN(
+      auto d, DecodeCheckpointableMeta(EncodeCheckpointableMeta(m), kFile));
+  ExpectSameMeta(d, m);
+
+  LeafMeta big;
+  big.path = "w";
+  big.dtype = "uint8";
+  big.shape = {uint64_t{1} << 40, 0xffffffffffffffff, 3};
+  m.leaves = {big};
+  SK_ASSERT_OK_AND_ASSIGN(
+      d, DecodeCheckpointableMeta(EncodeCheckpointableMeta(m), kFile));
+  ExpectSameMeta(d, m);
+}
+
+TEST(CheckpointableMeta, MissingOptionalFieldsTakeDefaults) {
+  const std::string text = R"({"kind": "pytree", "tree": {"type": "leaf", "leaf": 0},
+    "leaves": [{"path": "", "kind": "array", "dtype": "float32", "shape": [2]},
+               {"path": "s", "kind": "scalar", "dtype": "bool", "value": true},
+               {"path": "n", "kind": "none"}], "future_field": 1})";
+  SK_ASSERT_OK_AND_ASSIGN(auto m, DecodeCheckpointableMeta(text, kFile));
+  ASSERT_EQ(m.leaves.size(), 3u);
+  EXPECT_TRUE(m.leaves[0].sharding.is_null());
+  EXPECT_TRUE(m.leaves[1].shape.empty());
+  EXPECT_EQ(m.leaves[1].value, true);
+  EXPECT_EQ(m.leaves[2].kind, LeafKind::kNone);
+  EXPECT_EQ(m.leaves[2].dtype, "");
+}
+
+TEST(CheckpointableMeta, LeafKindNames) {
+  EXPECT_EQ(LeafKindName(LeafKind::kArray), "array");
+  EXPECT_EQ(LeafKindName(LeafKind::kScalar), "scalar");
+  EXPECT_EQ(LeafKindName(LeafKind::kString), "string");
+  EXPECT_EQ(LeafKindName(LeafKind::kNone), "none");
+}
+
+TEST(CheckpointableMetaErrors, Document) {
+  ExpectCorruption("", "expected a JSON document");
+  ExpectCorruption("{", "expected a JSON document");
+  ExpectCorruption("[]", "expected a JSON object");
+  ExpectCorruption("{}", "expected \"kind\" to be a string");
+  ExpectCorruption(R"({"kind": 3})", "\"kind\"");
+  ExpectCorruption(R"({"kind": "pytree", "leaves": []})", "\"tree\"");
+  ExpectCorruption(R"({"kind": "pytree", "tree": [], "leaves": []})", "\"tree\"");
+  ExpectCorruption(R"({"kind": "pytree", "tree": {}})", "\"leaves\"");
+  ExpectCorruption(R"({"kind": "pytree", "tree": {}, "leaves": {}})", "\"leaves\"");
+  ExpectCorruption(R"({"kind": "pytree", "tree": {}, "leaves": [3]})",
+                   "leaf 0: expected an object");
+  ExpectCorruption(R"({"kind": "pytree", "tree": )" + std::string(5000, '[') +
+                       std::string(5000, ']') + "}",
+                   "nested deeper");
+}
+
+TEST(CheckpointableMetaErrors, LeafFields) {
+  // Each error names the leaf by index and path.
+  ExpectCorruption(WithLeaf(3, [](json& l) { l.erase("path"); }),
+                   "leaf 3: expected \"path\" to be a string");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l["path"] = 7; }), "leaf 3");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l["path"] = "a"; }),
+                   "leaf 3 (\"a\"): duplicate leaf path");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["kind"] = "tensor"; }),
+                   "leaf 0 (\"a\"): expected \"kind\" to be array, scalar");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l.erase("kind"); }),
+                   "leaf 0 (\"a\"): expected \"kind\"");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["dtype"] = "float33"; }),
+                   "leaf 0 (\"a\"): expected a known dtype, found \"float33\"");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["dtype"] = nullptr; }),
+                   "known dtype");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["dtype"] = 4; }),
+                   "\"dtype\" to be a string");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l.erase("dtype"); }),
+                   "leaf 3 (\"lr\"): expected a known dtype");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l.erase("shape"); }),
+                   "expected \"shape\" for an array leaf");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["shape"] = {4, -6}; }),
+                   "non-negative integers");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["shape"] = {4, 6.0}; }),
+                   "non-negative integers");
+  ExpectCorruption(WithLeaf(0, [](json& l) { l["shape"] = "4x6"; }),
+                   "at most 64 extents");
+  ExpectCorruption(
+      WithLeaf(0, [](json& l) { l["shape"] = std::vector<int>(65, 1); }),
+      "at most 64 extents");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l.erase("value"); }),
+                   "leaf 3 (\"lr\"): expected a \"value\"");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l["value"] = "1.5"; }),
+                   "a bool, a number");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l["value"] = json::array(); }),
+                   "a bool, a number");
+  ExpectCorruption(WithLeaf(4, [](json& l) { l["value"] = 3; }),
+                   "leaf 4 (\"name\"): expected \"value\" to be a string");
+}
+
+TEST(CheckpointableMeta, MaxRankAccepted) {
+  const std::string text =
+      WithLeaf(0, [](json& l) { l["shape"] = std::vector<int>(64, 1); });
+  SK_ASSERT_OK_AND_ASSIGN(auto m, DecodeCheckpointableMeta(text, kFile));
+  EXPECT_EQ(m.leaves[0].shape.size(), 64u);
+}
+
+TEST(CheckpointableMeta, NonFiniteScalarStrings) {
+  for (const char* v : {"nan", "inf", "-inf"}) {
+    SK_EXPECT_OK(DecodeCheckpointableMeta(
+                     WithLeaf(3, [v](json& l) { l["value"] = v; }), kFile)
+                     .status());
+  }
+}
+
+}  // namespace
+}  // namespace shardkeep::format

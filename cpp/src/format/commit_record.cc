@@ -1,0 +1,218 @@
+#include "format/commit_record.h"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+
+namespace shardkeep::format {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+// Deeper JSON is refused before anything walks it recursively (the
+// conversion to nlohmann::json and dump() recurse; parsing does not).
+constexpr int kMaxJsonDepth = 512;
+
+// Parses "index/p<N>.idx" with N a decimal without leading zeros that fits
+// an int; returns N, or -1 when `path` has any other form.
+int ParseIndexPath(std::string_view path) {
+  constexpr std::string_view kPrefix = "index/p", kSuffix = ".idx";
+  if (path.size() <= kPrefix.size() + kSuffix.size() ||
+      !path.starts_with(kPrefix) || !path.ends_with(kSuffix)) {
+    return -1;
+  }
+  const std::string_view digits =
+      path.substr(kPrefix.size(), path.size() - kPrefix.size() - kSuffix.size());
+  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return -1;
+  int n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+// Reads an integer field into [lo, hi]; `what` names it in errors.
+Status GetInt(const ordered_json& v, const std::string& file,
+              const std::string& what, int64_t lo, int64_t hi, int64_t* out) {
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) {
+    return CorruptionError(file + ": expected \"" + what +
+                           "\" to be a signed 64-bit integer");
+  }
+  const int64_t n = v.get<int64_t>();
+  if (n < lo || n > hi) {
+    return CorruptionError(file + ": expected \"" + what + "\" in [" +
+                           std::to_string(lo) + ", " + std::to_string(hi) +
+                           "], found " + std::to_string(n));
+  }
+  *out = n;
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsSafeCheckpointableName(std::string_view name) {
+  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
+  // The commit record itself lives beside the checkpointable folders.
+  if (name == kCommitFileName) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+  });
+}
+
+std::string EncodeCommitRecord(const CommitRecord& record) {
+  ordered_json j;
+  j["format"] = "shardkeep";
+  j["version"] = record.version;
+  j["step"] = record.step ? ordered_json(*record.step) : ordered_json(nullptr);
+  j["created_ns"] = record.created_ns;
+  j["committed_ns"] = record.committed_ns;
+  j["process_count"] = record.process_count;
+  ordered_json checkpointables = ordered_json::object();
+  for (const CheckpointableEntry& e : record.checkpointables) {
+    checkpointables[e.name] = {{"kind", e.kind}};
+  }
+  j["checkpointables"] = std::move(checkpointables);
+  // index_files in checkpointable order (then any stray keys, sorted), so
+  // that the file reads in save order.
+  ordered_json index_files = ordered_json::object();
+  for (const CheckpointableEntry& e : record.checkpointables) {
+    auto it = record.index_files.find(e.name);
+    if (it != record.index_files.end()) index_files[e.name] = it->second;
+  }
+  for (const auto& [name, paths] : record.index_files) {
+    if (!index_files.contains(name)) index_files[name] = paths;
+  }
+  j["index_files"] = std::move(index_files);
+  j["custom_metadata"] = ordered_json(record.custom_metadata);
+  j["metrics"] = ordered_json(record.metrics);
+  // `replace` keeps dump() from throwing on invalid UTF-8 in user strings.
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+}
+
+Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
+                                        const std::string& file) {
+  auto corrupt = [&file](const std::string& what) {
+    return CorruptionError(file + ": " + what);
+  };
+  bool too_deep = false;
+  const ordered_json j = ordered_json::parse(
+      bytes.begin(), bytes.end(),
+      [&too_deep](int depth, ordered_json::parse_event_t, ordered_json&) {
+        if (depth > kMaxJsonDepth) too_deep = true;
+        return !too_deep;  // discard everything once too deep
+      },
+      /*allow_exceptions=*/false);
+  if (too_deep) {
+    return corrupt("JSON nested deeper than " + std::to_string(kMaxJsonDepth));
+  }
+  if (j.is_discarded()) return corrupt("expected a JSON commit record");
+  if (!j.is_object()) return corrupt("expected a JSON object");
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || *format != "shardkeep") {
+    return corrupt("expected \"format\": \"shardkeep\"");
+  }
+
+  // The version comes first: a newer record may have changed anything else.
+  CommitRecord record;
+  auto version = j.find("version");
+  if (version == j.end()) return corrupt("missing \"version\"");
+  int64_t v = 0;
+  SK_RETURN_IF_ERROR(GetInt(*version, file, "version", 1, INT64_MAX, &v));
+  if (v > kFormatVersion) {
+    return IncompatibleError(
+        file + ": written by a newer shardkeep (format version " +
+        std::to_string(v) + "), this reader supports " +
+        std::to_string(kFormatVersion) + "; upgrade shardkeep to read it");
+  }
+  record.version = static_cast<int>(v);
+
+  // "step" may be null or absent (a checkpoint outside a step sequence).
+  if (auto step = j.find("step"); step != j.end() && !step->is_null()) {
+    int64_t s = 0;
+    SK_RETURN_IF_ERROR(GetInt(*step, file, "step", INT64_MIN, INT64_MAX, &s));
+    record.step = s;
+  }
+  for (auto [key, out] : {std::pair{"created_ns", &record.created_ns},
+                          std::pair{"committed_ns", &record.committed_ns}}) {
+    auto it = j.find(key);
+    if (it == j.end()) return corrupt(std::string("missing \"") + key + "\"");
+    SK_RETURN_IF_ERROR(GetInt(*it, file, key, INT64_MIN, INT64_MAX, out));
+  }
+  auto pc = j.find("process_count");
+  if (pc == j.end()) return corrupt("missing \"process_count\"");
+  int64_t process_count = 0;
+  SK_RETURN_IF_ERROR(
+      GetInt(*pc, file, "process_count", 1, INT_MAX, &process_count));
+  record.process_count = static_cast<int>(process_count);
+
+  // Checkpointables, in document order (ordered_json keeps it).
+  auto cps = j.find("checkpointables");
+  if (cps == j.end() || !cps->is_object()) {
+    return corrupt("expected \"checkpointables\" to be an object");
+  }
+  for (const auto& [name, entry] : cps->items()) {
+    if (!IsSafeCheckpointableName(name)) {
+      return corrupt("checkpointable name \"" + name +
+                     "\" is not 1-255 bytes of [A-Za-z0-9_.-] not starting "
+                     "with '.'");
+    }
+    if (!entry.is_object()) {
+      return corrupt("checkpointable \"" + name + "\": expected an object");
+    }
+    auto kind = entry.find("kind");
+    if (kind == entry.end() || !kind->is_string() ||
+        !IsSafeCheckpointableName(kind->get<std::string>())) {
+      return corrupt("checkpointable \"" + name +
+                     "\": expected \"kind\" to be a name such as \"pytree\"");
+    }
+    record.checkpointables.push_back({name, kind->get<std::string>()});
+  }
+
+  auto idx = j.find("index_files");
+  if (idx == j.end() || !idx->is_object()) {
+    return corrupt("expected \"index_files\" to be an object");
+  }
+  for (const auto& [name, paths] : idx->items()) {
+    if (!cps->contains(name)) {
+      return corrupt("index_files lists \"" + name +
+                     "\", which is not a checkpointable");
+    }
+    if (!paths.is_array()) {
+      return corrupt("index_files \"" + name + "\": expected an array");
+    }
+    std::set<int> seen;
+    std::vector<std::string>& out = record.index_files[name];
+    for (const ordered_json& p : paths) {
+      const int n = p.is_string() ? ParseIndexPath(p.get<std::string>()) : -1;
+      if (n < 0) {
+        return corrupt("index_files \"" + name +
+                       "\": expected paths of the form \"index/p<N>.idx\", "
+                       "found " + p.dump(-1, ' ', false,
+                                         ordered_json::error_handler_t::replace));
+      }
+      if (n >= record.process_count || !seen.insert(n).second) {
+        return corrupt("index_files \"" + name + "\": \"" +
+                       p.get<std::string>() +
+                       "\" is repeated or beyond process_count " +
+                       std::to_string(record.process_count));
+      }
+      out.push_back(p.get<std::string>());
+    }
+  }
+
+  for (auto [key, out] : {std::pair{"custom_metadata", &record.custom_metadata},
+                          std::pair{"metrics", &record.metrics}}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;  // default {}
+    if (!it->is_object()) {
+      return corrupt(std::string("expected \"") + key + "\" to be an object");
+    }
+    *out = nlohmann::json(*it);
+  }
+  return record;
+}
+
+}  // namespace shardkeep::format

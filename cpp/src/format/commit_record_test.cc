@@ -1,0 +1,277 @@
+#include "format/commit_record.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "testing/status_matchers.h"
+
+namespace shardkeep::format {
+namespace {
+
+const std::string kFile = "ckpts/000001200/_SHARDKEEP";
+
+std::string ReadTestFile(const std::string& name) {
+  std::ifstream in(std::string(SHARDKEEP_TESTDATA_DIR) + "/format/" + name,
+                   std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The record in cpp/testdata/format/golden_SHARDKEEP. That file was
+// written by hand from docs/FORMAT.md (field names, order, types, two-space
+// indentation, final newline), not by the encoder; the encoder's output is
+// required to equal it byte for byte.
+CommitRecord GoldenRecord() {
+  CommitRecord r;
+  r.step = 1200;
+  r.created_ns = 1700000000000000000;
+  r.committed_ns = 1700000000123456789;
+  r.process_count = 2;
+  // Deliberately not alphabetical: the order must survive.
+  r.checkpointables = {{"params", "pytree"},
+                       {"opt_state", "pytree"},
+                       {"dataset", "bytes"},
+                       {"config", "json"}};
+  r.index_files["params"] = {"index/p0.idx", "index/p1.idx"};
+  r.index_files["opt_state"] = {"index/p0.idx", "index/p1.idx"};
+  r.custom_metadata = {{"run", "demo"}, {"seed", 7}};
+  r.metrics = {{"loss", 0.25}};
+  return r;
+}
+
+void ExpectSameRecord(const CommitRecord& a, const CommitRecord& b) {
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.created_ns, b.created_ns);
+  EXPECT_EQ(a.committed_ns, b.committed_ns);
+  EXPECT_EQ(a.process_count, b.process_count);
+  ASSERT_EQ(a.checkpointables.size(), b.checkpointables.size());
+  for (size_t i = 0; i < a.checkpointables.size(); ++i) {
+    EXPECT_EQ(a.checkpointables[i].name, b.checkpointables[i].name);
+    EXPECT_EQ(a.checkpointables[i].kind, b.checkpointables[i].kind);
+  }
+  EXPECT_EQ(a.index_files, b.index_files);
+  EXPECT_EQ(a.custom_metadata, b.custom_metadata);
+  EXPECT_EQ(a.metrics, b.metrics);
+}
+
+// Decodes `text` and expects `code` with a message naming kFile and
+// containing `what`.
+void ExpectError(const std::string& text, StatusCode code,
+                 const std::string& what) {
+  auto r = DecodeCommitRecord(text, kFile);
+  ASSERT_FALSE(r.ok()) << text;
+  EXPECT_EQ(r.status().code(), code) << r.status().ToString();
+  EXPECT_EQ(r.status().message().rfind(kFile + ": ", 0), 0u)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find(what), std::string::npos)
+      << r.status().message();
+}
+
+// The golden record with one top-level field replaced (or removed when
+// `value` is discarded).
+std::string WithField(const std::string& key, const nlohmann::ordered_json& value) {
+  auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
+  if (value.is_discarded()) {
+    j.erase(key);
+  } else {
+    j[key] = value;
+  }
+  return j.dump();
+}
+
+const nlohmann::ordered_json kRemove =
+    nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
+
+TEST(CommitRecordGolden, EncoderMatchesGoldenByteForByte) {
+  const std::string golden = ReadTestFile("golden_SHARDKEEP");
+  ASSERT_FALSE(golden.empty()) << "missing cpp/testdata/format/golden_SHARDKEEP";
+  EXPECT_EQ(EncodeCommitRecord(GoldenRecord()), golden);
+}
+
+TEST(CommitRecordGolden, DecoderReadsGolden) {
+  SK_ASSERT_OK_AND_ASSIGN(
+      auto r, DecodeCommitRecord(ReadTestFile("golden_SHARDKEEP"), kFile));
+  ExpectSameRecord(r, GoldenRecord());
+}
+
+TEST(CommitRecord, RoundTripWithNullStepAndDefaults) {
+  CommitRecord r;
+  r.checkpointables = {{"state", "pytree"}};
+  r.index_files["state"] = {"index/p0.idx"};
+  SK_ASSERT_OK_AND_ASSIGN(auto d,
+                          DecodeCommitRecord(EncodeCommitRecord(r), kFile));
+  ExpectSameRecord(d, r);
+  EXPECT_FALSE(d.step.has_value());
+  EXPECT_TRUE(d.custom_metadata.is_object());
+  EXPECT_TRUE(d.metrics.is_object());
+}
+
+TEST(CommitRecord, CheckpointableOrderIsDocumentOrder) {
+  const std::string text = R"({"format": "shardkeep", "version": 1,
+    "created_ns": 1, "committed_ns": 2, "process_count": 1,
+    "checkpointables": {"zeta": {"kind": "pytree"}, "alpha": {"kind": "json"},
+                        "mid": {"kind": "my.kind-2"}},
+    "index_files": {"zeta": ["index/p0.idx"]}})";
+  SK_ASSERT_OK_AND_ASSIGN(auto r, DecodeCommitRecord(text, kFile));
+  ASSERT_EQ(r.checkpointables.size(), 3u);
+  EXPECT_EQ(r.checkpointables[0].name, "zeta");
+  EXPECT_EQ(r.checkpointables[1].name, "alpha");
+  EXPECT_EQ(r.checkpointables[2].name, "mid");
+  EXPECT_EQ(r.checkpointables[2].kind, "my.kind-2");  // user kinds kept
+  // Absent step, custom_metadata and metrics take their defaults.
+  EXPECT_FALSE(r.step.has_value());
+  EXPECT_EQ(r.custom_metadata, nlohmann::json::object());
+  EXPECT_EQ(r.metrics, nlohmann::json::object());
+}
+
+TEST(CommitRecord, UnknownFieldsAreIgnored) {
+  auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
+  j["added_in_a_later_release"] = {{"x", 1}};
+  j["checkpointables"]["params"]["also_new"] = true;
+  SK_ASSERT_OK_AND_ASSIGN(auto r, DecodeCommitRecord(j.dump(), kFile));
+  ExpectSameRecord(r, GoldenRecord());
+}
+
+TEST(CommitRecord, NegativeAndLargeIntegers) {
+  CommitRecord r = GoldenRecord();
+  r.step = -1;
+  r.created_ns = INT64_MIN;
+  r.committed_ns = INT64_MAX;
+  SK_ASSERT_OK_AND_ASSIGN(auto d,
+                          DecodeCommitRecord(EncodeCommitRecord(r), kFile));
+  ExpectSameRecord(d, r);
+  ExpectError(WithField("created_ns", uint64_t{1} << 63),
+              StatusCode::kCorruption, "\"created_ns\" to be a signed 64-bit integer");
+}
+
+TEST(CommitRecord, InvalidUtf8InMetadataDoesNotThrow) {
+  CommitRecord r = GoldenRecord();
+  r.custom_metadata = {{"note", std::string("bad \xff byte")}};
+  const std::string text = EncodeCommitRecord(r);  // must not throw
+  SK_EXPECT_OK(DecodeCommitRecord(text, kFile).status());
+}
+
+TEST(CommitRecordErrors, NotJsonOrNotObject) {
+  ExpectError("", StatusCode::kCorruption, "expected a JSON commit record");
+  ExpectError("{\"format\": ", StatusCode::kCorruption, "JSON commit record");
+  ExpectError("\xff\xfe", StatusCode::kCorruption, "JSON commit record");
+  ExpectError("[1, 2]", StatusCode::kCorruption, "expected a JSON object");
+  ExpectError("\"shardkeep\"", StatusCode::kCorruption, "JSON object");
+}
+
+TEST(CommitRecordErrors, TooDeeplyNested) {
+  const std::string deep = R"({"format": "shardkeep", "version": 1, "x": )" +
+                           std::string(100000, '[') + std::string(100000, ']') +
+                           "}";
+  ExpectError(deep, StatusCode::kCorruption, "nested deeper");
+}
+
+TEST(CommitRecordErrors, ForeignFormat) {
+  ExpectError(WithField("format", "orbax"), StatusCode::kCorruption,
+              "expected \"format\": \"shardkeep\"");
+  ExpectError(WithField("format", kRemove), StatusCode::kCorruption, "format");
+  ExpectError(WithField("format", 1), StatusCode::kCorruption, "format");
+}
+
+TEST(CommitRecordErrors, Version) {
+  ExpectError(WithField("version", 2), StatusCode::kIncompatible,
+              "written by a newer shardkeep (format version 2), this reader "
+              "supports 1");
+  // A newer version is refused before its other fields are looked at.
+  ExpectError(R"({"format": "shardkeep", "version": 7, "checkpointables": 3})",
+              StatusCode::kIncompatible, "version 7");
+  ExpectError(WithField("version", 0), StatusCode::kCorruption, "version");
+  ExpectError(WithField("version", "1"), StatusCode::kCorruption, "version");
+  ExpectError(WithField("version", 1.0), StatusCode::kCorruption, "version");
+  ExpectError(WithField("version", kRemove), StatusCode::kCorruption,
+              "missing \"version\"");
+}
+
+TEST(CommitRecordErrors, MissingOrMistypedFields) {
+  for (const char* key : {"created_ns", "committed_ns", "process_count"}) {
+    SCOPED_TRACE(key);
+    ExpectError(WithField(key, kRemove), StatusCode::kCorruption, key);
+    ExpectError(WithField(key, "12"), StatusCode::kCorruption, key);
+    ExpectError(WithField(key, 1.5), StatusCode::kCorruption, key);
+  }
+  ExpectError(WithField("step", "12"), StatusCode::kCorruption, "step");
+  ExpectError(WithField("process_count", 0), StatusCode::kCorruption,
+              "process_count");
+  ExpectError(WithField("process_count", int64_t{1} << 31),
+              StatusCode::kCorruption, "process_count");
+  ExpectError(WithField("checkpointables", kRemove), StatusCode::kCorruption,
+              "checkpointables");
+  ExpectError(WithField("checkpointables", nlohmann::ordered_json::array()),
+              StatusCode::kCorruption, "checkpointables");
+  ExpectError(WithField("index_files", kRemove), StatusCode::kCorruption,
+              "index_files");
+  ExpectError(WithField("custom_metadata", "x"), StatusCode::kCorruption,
+              "custom_metadata");
+  ExpectError(WithField("metrics", nlohmann::ordered_json::array()),
+              StatusCode::kCorruption, "metrics");
+}
+
+TEST(CommitRecordErrors, HostileCheckpointableNames) {
+  for (const std::string& name : std::vector<std::string>{"", ".", "..", ".hidden", "a/b", "../x", "a\\b", "a b", "_SHARDKEEP",
+        "caf\xc3\xa9", std::string(256, 'a'), std::string("a\0b", 3)}) {
+    SCOPED_TRACE(name);
+    nlohmann::ordered_json cps = {{name, {{"kind", "pytree"}}}};
+    ExpectError(WithField("checkpointables", cps), StatusCode::kCorruption,
+                "checkpointable name");
+  }
+}
+
+TEST(CommitRecordErrors, BadKinds) {
+  for (const nlohmann::ordered_json& kind :
+       {nlohmann::ordered_json(1), nlohmann::ordered_json(""),
+        nlohmann::ordered_json("../x"), nlohmann::ordered_json(nullptr)}) {
+    nlohmann::ordered_json cps = {{"params", {{"kind", kind}}}};
+    ExpectError(WithField("checkpointables", cps), StatusCode::kCorruption,
+                "checkpointable \"params\": expected \"kind\"");
+  }
+  ExpectError(WithField("checkpointables", {{"params", 3}}),
+              StatusCode::kCorruption, "expected an object");
+}
+
+TEST(CommitRecordErrors, BadIndexPaths) {
+  for (const nlohmann::ordered_json& path :
+       {nlohmann::ordered_json("index/p01.idx"), nlohmann::ordered_json("index/p.idx"),
+        nlohmann::ordered_json("index/p-1.idx"), nlohmann::ordered_json("/index/p0.idx"),
+        nlohmann::ordered_json("index/p0.idx/../../x"),
+        nlohmann::ordered_json("index/../p0.idx"), nlohmann::ordered_json("index/p0.idx "),
+        nlohmann::ordered_json("index/p1234567890.idx"), nlohmann::ordered_json(0)}) {
+    SCOPED_TRACE(path.dump());
+    ExpectError(WithField("index_files",
+                          {{"params", nlohmann::ordered_json::array({path})}}),
+                StatusCode::kCorruption, "index/p<N>.idx");
+  }
+  // Beyond process_count (2) or repeated.
+  ExpectError(WithField("index_files", {{"params", {"index/p2.idx"}}}),
+              StatusCode::kCorruption, "beyond process_count 2");
+  ExpectError(
+      WithField("index_files", {{"params", {"index/p1.idx", "index/p1.idx"}}}),
+      StatusCode::kCorruption, "repeated");
+  ExpectError(WithField("index_files", {{"params", "index/p0.idx"}}),
+              StatusCode::kCorruption, "expected an array");
+  ExpectError(WithField("index_files", {{"ghost", {"index/p0.idx"}}}),
+              StatusCode::kCorruption, "\"ghost\", which is not a checkpointable");
+}
+
+TEST(CommitRecord, SafeNames) {
+  EXPECT_TRUE(IsSafeCheckpointableName("state"));
+  EXPECT_TRUE(IsSafeCheckpointableName("opt_state.v2-final"));
+  EXPECT_TRUE(IsSafeCheckpointableName("_hidden_ok"));
+  EXPECT_TRUE(IsSafeCheckpointableName(std::string(255, 'x')));
+  EXPECT_FALSE(IsSafeCheckpointableName(std::string(256, 'x')));
+  EXPECT_FALSE(IsSafeCheckpointableName(""));
+  EXPECT_FALSE(IsSafeCheckpointableName(".."));
+  EXPECT_FALSE(IsSafeCheckpointableName("a/b"));
+  EXPECT_FALSE(IsSafeCheckpointableName("_SHARDKEEP"));
+}
+
+}  // namespace
+}  // namespace shardkeep::format

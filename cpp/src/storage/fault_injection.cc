@@ -1,0 +1,161 @@
+#include "storage/fault_injection.h"
+
+#include <map>
+#include <mutex>
+
+namespace shardkeep {
+
+class FaultInjectionStorage::State {
+ public:
+  void SetHook(Hook hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hook_ = std::move(hook);
+  }
+
+  int Count(std::string_view op) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = counts_.find(op);
+    return it == counts_.end() ? 0 : it->second;
+  }
+
+  // Counts the call and asks the hook whether it may proceed.
+  Status Before(std::string_view op, const std::string& path) {
+    Hook hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = counts_.find(op);
+      if (it == counts_.end()) {
+        counts_.emplace(std::string(op), 1);
+      } else {
+        ++it->second;
+      }
+      hook = hook_;
+    }
+    // Called unlocked: the hook may block or call back into Count().
+    return hook ? hook(op, path) : Status::Ok();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  Hook hook_;
+  std::map<std::string, int, std::less<>> counts_;
+};
+
+namespace {
+
+class FaultInjectionWritableFile final : public WritableFile {
+ public:
+  FaultInjectionWritableFile(std::unique_ptr<WritableFile> base,
+                             std::shared_ptr<FaultInjectionStorage::State> state,
+                             std::string path)
+      : base_(std::move(base)), state_(std::move(state)),
+        path_(std::move(path)) {}
+
+  Status Append(const void* data, size_t size) override {
+    SK_RETURN_IF_ERROR(state_->Before("Append", path_));
+    return base_->Append(data, size);
+  }
+  Status Sync() override {
+    SK_RETURN_IF_ERROR(state_->Before("Sync", path_));
+    return base_->Sync();
+  }
+  Status Close() override {
+    SK_RETURN_IF_ERROR(state_->Before("Close", path_));
+    return base_->Close();
+  }
+
+ private:
+  const std::unique_ptr<WritableFile> base_;
+  const std::shared_ptr<FaultInjectionStorage::State> state_;
+  const std::string path_;
+};
+
+}  // namespace
+
+FaultInjectionStorage::FaultInjectionStorage(std::shared_ptr<Storage> base)
+    : base_(std::move(base)), state_(std::make_shared<State>()) {}
+
+FaultInjectionStorage::~FaultInjectionStorage() = default;
+
+void FaultInjectionStorage::FailOn(Hook hook) {
+  state_->SetHook(std::move(hook));
+}
+
+int FaultInjectionStorage::Count(std::string_view op) const {
+  return state_->Count(op);
+}
+
+StorageFeatures FaultInjectionStorage::features() const {
+  return base_->features();
+}
+
+Status FaultInjectionStorage::ReadAt(const std::string& path, uint64_t offset,
+                                     uint64_t size, void* dst) {
+  SK_RETURN_IF_ERROR(state_->Before("ReadAt", path));
+  return base_->ReadAt(path, offset, size, dst);
+}
+
+Result<std::string> FaultInjectionStorage::ReadAll(const std::string& path) {
+  SK_RETURN_IF_ERROR(state_->Before("ReadAll", path));
+  return base_->ReadAll(path);
+}
+
+Result<uint64_t> FaultInjectionStorage::FileSize(const std::string& path) {
+  SK_RETURN_IF_ERROR(state_->Before("FileSize", path));
+  return base_->FileSize(path);
+}
+
+Status FaultInjectionStorage::WriteAll(const std::string& path,
+                                       std::string_view data, bool sync) {
+  SK_RETURN_IF_ERROR(state_->Before("WriteAll", path));
+  return base_->WriteAll(path, data, sync);
+}
+
+Result<std::unique_ptr<WritableFile>> FaultInjectionStorage::OpenForAppend(
+    const std::string& path) {
+  SK_RETURN_IF_ERROR(state_->Before("OpenForAppend", path));
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      base_->OpenForAppend(path));
+  return std::unique_ptr<WritableFile>(
+      std::make_unique<FaultInjectionWritableFile>(std::move(file), state_,
+                                                   path));
+}
+
+Result<bool> FaultInjectionStorage::Exists(const std::string& path) {
+  SK_RETURN_IF_ERROR(state_->Before("Exists", path));
+  return base_->Exists(path);
+}
+
+Result<std::vector<std::string>> FaultInjectionStorage::List(
+    const std::string& dir) {
+  SK_RETURN_IF_ERROR(state_->Before("List", dir));
+  return base_->List(dir);
+}
+
+Status FaultInjectionStorage::CreateDir(const std::string& dir) {
+  SK_RETURN_IF_ERROR(state_->Before("CreateDir", dir));
+  return base_->CreateDir(dir);
+}
+
+Status FaultInjectionStorage::DeleteFile(const std::string& path) {
+  SK_RETURN_IF_ERROR(state_->Before("DeleteFile", path));
+  return base_->DeleteFile(path);
+}
+
+Status FaultInjectionStorage::DeleteRecursive(const std::string& path) {
+  SK_RETURN_IF_ERROR(state_->Before("DeleteRecursive", path));
+  return base_->DeleteRecursive(path);
+}
+
+Status FaultInjectionStorage::Rename(const std::string& from,
+                                     const std::string& to) {
+  SK_RETURN_IF_ERROR(state_->Before("Rename", from));
+  return base_->Rename(from, to);
+}
+
+Status FaultInjectionStorage::SyncDir(const std::string& dir) {
+  SK_RETURN_IF_ERROR(state_->Before("SyncDir", dir));
+  return base_->SyncDir(dir);
+}
+
+}  // namespace shardkeep

@@ -1,0 +1,62 @@
+// A Storage that forwards every call to another one, except the calls a test
+// chooses to fail. Tests use it to prove that an I/O error at any step
+// surfaces as a Status and leaves nothing half-committed, and to count calls
+// (e.g. how many fsyncs a save issued).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shardkeep/storage.h"
+
+namespace shardkeep {
+
+class FaultInjectionStorage final : public Storage {
+ public:
+  // Decides the outcome of one call before it reaches the wrapped backend:
+  // a non-OK Status is returned instead of making the call. `op` is the
+  // method name ("ReadAt", "WriteAll", "Rename", ...; "Append", "Sync" and
+  // "Close" for the WritableFile methods), `path` its path argument (the
+  // source for Rename, the file's path for WritableFile methods). A hook may
+  // sleep to simulate a slow backend. It runs on the calling thread, without
+  // any lock held, so it may call Count() and must be thread-safe itself.
+  using Hook =
+      std::function<Status(std::string_view op, const std::string& path)>;
+
+  explicit FaultInjectionStorage(std::shared_ptr<Storage> base);
+  ~FaultInjectionStorage() override;
+
+  // Replaces the hook; an empty Hook lets every call through.
+  void FailOn(Hook hook);
+  // How many times `op` was called, including the calls the hook failed.
+  int Count(std::string_view op) const;
+
+  StorageFeatures features() const override;
+  Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
+                void* dst) override;
+  Result<std::string> ReadAll(const std::string& path) override;
+  Result<uint64_t> FileSize(const std::string& path) override;
+  Status WriteAll(const std::string& path, std::string_view data,
+                  bool sync) override;
+  Result<std::unique_ptr<WritableFile>> OpenForAppend(
+      const std::string& path) override;
+  Result<bool> Exists(const std::string& path) override;
+  Result<std::vector<std::string>> List(const std::string& dir) override;
+  Status CreateDir(const std::string& dir) override;
+  Status DeleteFile(const std::string& path) override;
+  Status DeleteRecursive(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status SyncDir(const std::string& dir) override;
+
+  // Hook and counters, shared with the WritableFiles this storage opened so
+  // they stay valid if a file outlives the storage.
+  class State;
+
+ private:
+  const std::shared_ptr<Storage> base_;
+  const std::shared_ptr<State> state_;
+};
+
+}  // namespace shardkeep

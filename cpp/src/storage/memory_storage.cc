@@ -1,0 +1,289 @@
+// The in-memory backend for tests. Paths are keys; a trailing '/' is
+// ignored. It mirrors the file backend: writing a file creates its parent
+// directories, and a directory exists once created until it is deleted, so a
+// test sees the same List/Exists answers from both.
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shardkeep/storage.h"
+
+namespace shardkeep {
+namespace {
+
+std::string Normalize(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return std::string(path);
+}
+
+// The prefix every key below directory `dir` starts with; "" for the root.
+std::string ChildPrefix(const std::string& dir) {
+  return dir.empty() ? std::string() : dir + "/";
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// The state behind a MemoryStorage, shared with its open WritableFiles.
+struct Store {
+  std::mutex mu;
+  // File contents. A reader copies the pointer under `mu` and the bytes
+  // after releasing it, so a string is only changed in place while its
+  // pointer is held by nobody else (see MemoryWritableFile::Append).
+  std::map<std::string, std::shared_ptr<std::string>> files;
+  std::set<std::string> dirs;
+
+  // REQUIRES: mu held.
+  void AddParents(const std::string& path) {
+    for (size_t slash = path.find('/'); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+      if (slash > 0) dirs.insert(path.substr(0, slash));
+    }
+  }
+  // REQUIRES: mu held.
+  bool IsDir(const std::string& path) const {
+    return path.empty() || dirs.count(path) > 0;
+  }
+  // REQUIRES: mu held.
+  std::shared_ptr<const std::string> Find(const std::string& path) const {
+    const auto it = files.find(path);
+    if (it == files.end()) return nullptr;
+    return it->second;
+  }
+};
+
+// The key of a `dirs` entry or of a `files` entry.
+const std::string& KeyOf(const std::string& key) { return key; }
+template <typename V>
+const std::string& KeyOf(const std::pair<const std::string, V>& entry) {
+  return entry.first;
+}
+
+// `root` (when present) and every key below `root/`, which sort together.
+template <typename Container>
+std::vector<std::string> TreeKeys(const Container& entries,
+                                  const std::string& root) {
+  std::vector<std::string> keys;
+  if (entries.count(root) > 0) keys.push_back(root);
+  const std::string prefix = root + "/";
+  for (auto it = entries.lower_bound(prefix);
+       it != entries.end() && StartsWith(KeyOf(*it), prefix); ++it) {
+    keys.push_back(KeyOf(*it));
+  }
+  return keys;
+}
+
+class MemoryWritableFile final : public WritableFile {
+ public:
+  MemoryWritableFile(std::shared_ptr<Store> store, std::string path)
+      : store_(std::move(store)), path_(std::move(path)) {}
+
+  Status Append(const void* data, size_t size) override {
+    std::lock_guard<std::mutex> lock(store_->mu);
+    const auto it = store_->files.find(path_);
+    if (it == store_->files.end()) {
+      return StorageError("append " + path_ +
+                          ": file was deleted or renamed while open");
+    }
+    // Copy on write: a reader may be copying out of the current string.
+    // Holding `mu`, nobody can take a new reference, so a use count of one
+    // means the map's pointer is the only one and appending in place is safe.
+    if (it->second.use_count() > 1) {
+      it->second = std::make_shared<std::string>(*it->second);
+    }
+    it->second->append(static_cast<const char*>(data), size);
+    return Status::Ok();
+  }
+  Status Sync() override { return Status::Ok(); }
+  Status Close() override { return Status::Ok(); }
+
+ private:
+  const std::shared_ptr<Store> store_;
+  const std::string path_;
+};
+
+class MemoryStorage final : public Storage {
+ public:
+  StorageFeatures features() const override {
+    return {.atomic_rename = true, .durable_sync = false};
+  }
+
+  Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
+                void* dst) override {
+    SK_ASSIGN_OR_RETURN(const std::shared_ptr<const std::string> content,
+                        Get(path));
+    if (offset > content->size() || size > content->size() - offset) {
+      return CorruptionError("read " + path + ": wanted " +
+                             std::to_string(size) + " bytes at offset " +
+                             std::to_string(offset) + " but the file ends at " +
+                             std::to_string(content->size()));
+    }
+    std::memcpy(dst, content->data() + offset, size);
+    return Status::Ok();
+  }
+
+  Result<std::string> ReadAll(const std::string& path) override {
+    SK_ASSIGN_OR_RETURN(const std::shared_ptr<const std::string> content,
+                        Get(path));
+    return *content;
+  }
+
+  Result<uint64_t> FileSize(const std::string& path) override {
+    SK_ASSIGN_OR_RETURN(const std::shared_ptr<const std::string> content,
+                        Get(path));
+    return static_cast<uint64_t>(content->size());
+  }
+
+  Status WriteAll(const std::string& path, std::string_view data,
+                  bool /*sync*/) override {
+    auto content = std::make_shared<std::string>(data);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    return Put(Normalize(path), std::move(content));
+  }
+
+  Result<std::unique_ptr<WritableFile>> OpenForAppend(
+      const std::string& path) override {
+    const std::string key = Normalize(path);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    SK_RETURN_IF_ERROR(Put(key, std::make_shared<std::string>()));
+    return std::unique_ptr<WritableFile>(
+        std::make_unique<MemoryWritableFile>(store_, key));
+  }
+
+  Result<bool> Exists(const std::string& path) override {
+    const std::string key = Normalize(path);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    return store_->files.count(key) > 0 || store_->IsDir(key);
+  }
+
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    const std::string key = Normalize(dir);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    if (!store_->IsDir(key)) {
+      if (store_->files.count(key) > 0) {
+        return StorageError("list " + key + ": Not a directory");
+      }
+      return NotFoundError("list " + key + ": No such directory");
+    }
+    const std::string prefix = ChildPrefix(key);
+    std::vector<std::string> names;
+    AddChildren(store_->files, prefix, names);
+    AddChildren(store_->dirs, prefix, names);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  Status CreateDir(const std::string& dir) override {
+    const std::string key = Normalize(dir);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    if (store_->files.count(key) > 0) {
+      return StorageError("mkdir " + key + ": a file has that name");
+    }
+    store_->AddParents(key);
+    if (!key.empty()) store_->dirs.insert(key);
+    return Status::Ok();
+  }
+
+  Status DeleteFile(const std::string& path) override {
+    const std::string key = Normalize(path);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    if (store_->files.erase(key) == 0) {
+      return NotFoundError("unlink " + key + ": No such file");
+    }
+    return Status::Ok();
+  }
+
+  Status DeleteRecursive(const std::string& path) override {
+    const std::string key = Normalize(path);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    for (const std::string& k : TreeKeys(store_->files, key)) {
+      store_->files.erase(k);
+    }
+    for (const std::string& k : TreeKeys(store_->dirs, key)) {
+      store_->dirs.erase(k);
+    }
+    return Status::Ok();
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    const std::string source = Normalize(from);
+    const std::string target = Normalize(to);
+    const std::string what = "rename " + source + " to " + target;
+    std::lock_guard<std::mutex> lock(store_->mu);
+    if (store_->files.count(source) == 0 && store_->dirs.count(source) == 0) {
+      return NotFoundError(what + ": No such file or directory");
+    }
+    if (store_->files.count(target) > 0 || store_->IsDir(target)) {
+      return AlreadyExistsError(what + ": target exists");
+    }
+    if (StartsWith(target, source + "/")) {
+      return InvalidArgumentError(what + ": target is inside the source");
+    }
+    store_->AddParents(target);
+    for (const std::string& key : TreeKeys(store_->files, source)) {
+      auto node = store_->files.extract(key);
+      node.key() = target + key.substr(source.size());
+      store_->files.insert(std::move(node));
+    }
+    for (const std::string& key : TreeKeys(store_->dirs, source)) {
+      auto node = store_->dirs.extract(key);
+      node.value() = target + key.substr(source.size());
+      store_->dirs.insert(std::move(node));
+    }
+    return Status::Ok();
+  }
+
+  Status SyncDir(const std::string& /*dir*/) override { return Status::Ok(); }
+
+ private:
+  Result<std::shared_ptr<const std::string>> Get(const std::string& path) {
+    const std::string key = Normalize(path);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    std::shared_ptr<const std::string> content = store_->Find(key);
+    if (content == nullptr) {
+      return NotFoundError("open " + key + ": No such file");
+    }
+    return content;
+  }
+
+  // REQUIRES: store_->mu held.
+  Status Put(const std::string& key, std::shared_ptr<std::string> content) {
+    if (store_->IsDir(key)) {
+      return StorageError("open " + key + ": Is a directory");
+    }
+    store_->AddParents(key);
+    store_->files[key] = std::move(content);
+    return Status::Ok();
+  }
+
+  // Appends the names of the direct children of `prefix` among `entries`.
+  template <typename Container>
+  static void AddChildren(const Container& entries, const std::string& prefix,
+                          std::vector<std::string>& names) {
+    for (auto it = entries.lower_bound(prefix); it != entries.end(); ++it) {
+      const std::string& key = KeyOf(*it);
+      if (!StartsWith(key, prefix)) break;
+      const std::string_view rest = std::string_view(key).substr(prefix.size());
+      if (!rest.empty() && rest.find('/') == std::string_view::npos) {
+        names.emplace_back(rest);
+      }
+    }
+  }
+
+  const std::shared_ptr<Store> store_ = std::make_shared<Store>();
+};
+
+}  // namespace
+
+std::shared_ptr<Storage> NewMemoryStorage() {
+  return std::make_shared<MemoryStorage>();
+}
+
+}  // namespace shardkeep

@@ -1,0 +1,77 @@
+#include <gtest/gtest.h>
+
+#include "shardkeep/storage.h"
+#include "testing/status_matchers.h"
+#include "testing/storage_conformance.h"
+
+namespace shardkeep {
+namespace {
+
+SK_INSTANTIATE_STORAGE_CONFORMANCE(
+    Memory, (StorageTestBackend{"memory", [] {
+               return StorageLocation{NewMemoryStorage(), "root"};
+             }}));
+
+TEST(MemoryStorageTest, Features) {
+  const StorageFeatures features = NewMemoryStorage()->features();
+  EXPECT_TRUE(features.atomic_rename);
+  EXPECT_FALSE(features.durable_sync);
+}
+
+TEST(MemoryStorageTest, StoresAreIndependent) {
+  auto a = NewMemoryStorage();
+  auto b = NewMemoryStorage();
+  SK_ASSERT_OK(a->WriteAll("x", "1", false));
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, b->Exists("x"));
+  EXPECT_FALSE(exists);
+}
+
+TEST(MemoryStorageTest, WritingAFileCreatesItsParents) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK(storage->WriteAll("a/b/c", "x", false));
+  SK_ASSERT_OK(storage->DeleteFile("a/b/c"));
+  // Like a file system, the parents outlive the file.
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage->List("a"));
+  EXPECT_EQ(names, std::vector<std::string>{"b"});
+  SK_ASSERT_OK_AND_ASSIGN(names, storage->List(""));
+  EXPECT_EQ(names, std::vector<std::string>{"a"});
+}
+
+TEST(MemoryStorageTest, AppendedBytesAreVisibleBeforeClose) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage->OpenForAppend("f"));
+  SK_ASSERT_OK(file->Append("abc", 3));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage->ReadAll("f"));
+  EXPECT_EQ(content, "abc");
+  // A reader's copy is a snapshot: later appends do not change it.
+  SK_ASSERT_OK(file->Append("def", 3));
+  EXPECT_EQ(content, "abc");
+  SK_ASSERT_OK_AND_ASSIGN(content, storage->ReadAll("f"));
+  EXPECT_EQ(content, "abcdef");
+  SK_ASSERT_OK(file->Close());
+}
+
+TEST(MemoryStorageTest, AppendAfterDeleteFails) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage->OpenForAppend("f"));
+  SK_ASSERT_OK(storage->DeleteFile("f"));
+  EXPECT_EQ(file->Append("x", 1).code(), StatusCode::kStorage);
+}
+
+TEST(MemoryStorageTest, RenameIntoItselfIsInvalid) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK(storage->CreateDir("d"));
+  EXPECT_EQ(storage->Rename("d", "d/sub").code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(MemoryStorageTest, WriteOntoADirectoryFails) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK(storage->CreateDir("d"));
+  EXPECT_EQ(storage->WriteAll("d", "x", false).code(), StatusCode::kStorage);
+}
+
+}  // namespace
+}  // namespace shardkeep

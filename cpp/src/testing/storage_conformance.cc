@@ -1,0 +1,347 @@
+#include "testing/storage_conformance.h"
+
+#include <stdlib.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testing/status_matchers.h"
+
+namespace shardkeep {
+
+void StorageConformanceTest::SetUp() {
+  StorageLocation location = GetParam().make();
+  storage_ = std::move(location.storage);
+  root_ = std::move(location.path);
+  ASSERT_NE(storage_, nullptr);
+}
+
+void StorageConformanceTest::TearDown() {
+  if (storage_ != nullptr) SK_EXPECT_OK(storage_->DeleteRecursive(root_));
+}
+
+std::string StorageConformanceTest::Path(std::string_view name) const {
+  return root_ + "/" + std::string(name);
+}
+
+std::string StorageTestBackendName(
+    const ::testing::TestParamInfo<StorageTestBackend>& info) {
+  return info.param.name;
+}
+
+std::string MakeTempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+      "/shardkeep_test_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << pattern << " failed";
+  }
+  return pattern;
+}
+
+std::string TestBytes(size_t n, uint32_t seed) {
+  std::string bytes(n, '\0');
+  uint64_t state = 0x9E3779B97F4A7C15ull * (seed + 1);
+  for (char& byte : bytes) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    byte = static_cast<char>(state >> 56);
+  }
+  return bytes;
+}
+
+// Test binaries that link this file without a backend to test run nothing.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StorageConformanceTest);
+
+namespace {
+
+using Names = std::vector<std::string>;
+
+TEST_P(StorageConformanceTest, WriteAllThenReadAll) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), "hello world", /*sync=*/false));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("f")));
+  EXPECT_EQ(content, "hello world");
+  SK_ASSERT_OK_AND_ASSIGN(uint64_t size, storage_->FileSize(Path("f")));
+  EXPECT_EQ(size, 11u);
+
+  // A shorter rewrite replaces the content entirely.
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), "hi", /*sync=*/true));
+  SK_ASSERT_OK_AND_ASSIGN(content, storage_->ReadAll(Path("f")));
+  EXPECT_EQ(content, "hi");
+}
+
+TEST_P(StorageConformanceTest, EmptyFile) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("empty"), "", /*sync=*/false));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("empty")));
+  EXPECT_EQ(content, "");
+  SK_ASSERT_OK_AND_ASSIGN(uint64_t size, storage_->FileSize(Path("empty")));
+  EXPECT_EQ(size, 0u);
+  SK_EXPECT_OK(storage_->ReadAt(Path("empty"), 0, 0, nullptr));
+}
+
+TEST_P(StorageConformanceTest, ReadAtReadsRanges) {
+  const std::string data = TestBytes(1000);
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), data, /*sync=*/false));
+  const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, 1000}, {0, 1}, {10, 90}, {999, 1}, {500, 0}, {1000, 0}};
+  for (const auto& [offset, size] : ranges) {
+    std::string got(size, '\0');
+    SK_ASSERT_OK(storage_->ReadAt(Path("f"), offset, size, got.data()));
+    EXPECT_EQ(got, data.substr(offset, size)) << offset << "+" << size;
+  }
+}
+
+TEST_P(StorageConformanceTest, ReadPastEndIsCorruption) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), TestBytes(1000), false));
+  std::string buffer(100, '\0');
+  const Status status = storage_->ReadAt(Path("f"), 990, 20, buffer.data());
+  EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
+  EXPECT_NE(status.message().find(Path("f")), std::string::npos)
+      << status.ToString();
+  EXPECT_NE(status.message().find("990"), std::string::npos)
+      << status.ToString();
+  EXPECT_NE(status.message().find("20"), std::string::npos)
+      << status.ToString();
+  EXPECT_EQ(storage_->ReadAt(Path("f"), 5000, 1, buffer.data()).code(),
+            StatusCode::kCorruption);
+}
+
+TEST_P(StorageConformanceTest, MissingFileIsNotFound) {
+  char byte;
+  EXPECT_EQ(storage_->ReadAt(Path("missing"), 0, 1, &byte).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(storage_->ReadAll(Path("missing")).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(storage_->FileSize(Path("missing")).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(storage_->DeleteFile(Path("missing")).code(),
+            StatusCode::kNotFound);
+}
+
+TEST_P(StorageConformanceTest, AppendInPiecesThenRead) {
+  const std::string data = TestBytes(1 << 20);
+  // Sizes around the file backend's 64 KiB buffer: below, across, above.
+  const std::vector<size_t> pieces = {1, 100, 70000, 5, 65536, 300000, 3};
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage_->OpenForAppend(Path("f")));
+  size_t written = 0;
+  for (const size_t piece : pieces) {
+    SK_ASSERT_OK(file->Append(data.data() + written, piece));
+    written += piece;
+  }
+  SK_ASSERT_OK(file->Sync());
+  SK_ASSERT_OK(file->Close());
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("f")));
+  EXPECT_TRUE(content == data.substr(0, written))
+      << "size " << content.size() << ", want " << written;
+}
+
+TEST_P(StorageConformanceTest, OpenForAppendCreatesEmptyFileAndTruncates) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), "old content", false));
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage_->OpenForAppend(Path("f")));
+  SK_ASSERT_OK_AND_ASSIGN(uint64_t size, storage_->FileSize(Path("f")));
+  EXPECT_EQ(size, 0u);
+  SK_ASSERT_OK(file->Append("new", 3));
+  SK_ASSERT_OK(file->Close());
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("f")));
+  EXPECT_EQ(content, "new");
+}
+
+TEST_P(StorageConformanceTest, ListReturnsSortedChildren) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("sub/deeper")));
+  for (const char* name : {"b", "a", "c.txt", "sub/x", "sub/deeper/y"}) {
+    SK_ASSERT_OK(storage_->WriteAll(Path(name), name, false));
+  }
+  SK_ASSERT_OK(storage_->CreateDir(Path("empty")));
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(root_));
+  EXPECT_EQ(names, (Names{"a", "b", "c.txt", "empty", "sub"}));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("sub")));
+  EXPECT_EQ(names, (Names{"deeper", "x"}));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("sub/")));
+  EXPECT_EQ(names, (Names{"deeper", "x"}));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("empty")));
+  EXPECT_EQ(names, Names{});
+}
+
+TEST_P(StorageConformanceTest, ListOfMissingDirIsNotFound) {
+  EXPECT_EQ(storage_->List(Path("missing")).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_P(StorageConformanceTest, ExistsSeesFilesAndDirs) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("d/e")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("d/f"), "x", false));
+  for (const char* name : {"d", "d/e", "d/f"}) {
+    SK_ASSERT_OK_AND_ASSIGN(bool exists, storage_->Exists(Path(name)));
+    EXPECT_TRUE(exists) << name;
+  }
+  for (const char* name : {"missing", "d/missing", "missing/below", "d/f/x"}) {
+    SK_ASSERT_OK_AND_ASSIGN(bool exists, storage_->Exists(Path(name)));
+    EXPECT_FALSE(exists) << name;
+  }
+}
+
+TEST_P(StorageConformanceTest, DeleteFileRemovesOnlyThatFile) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("a"), "a", false));
+  SK_ASSERT_OK(storage_->WriteAll(Path("b"), "b", false));
+  SK_ASSERT_OK(storage_->DeleteFile(Path("a")));
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(root_));
+  EXPECT_EQ(names, Names{"b"});
+}
+
+TEST_P(StorageConformanceTest, DeleteRecursiveRemovesTree) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("tree/a/b")));
+  SK_ASSERT_OK(storage_->CreateDir(Path("tree/empty")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("tree/top"), "1", false));
+  SK_ASSERT_OK(storage_->WriteAll(Path("tree/a/b/leaf"), "2", false));
+  // Siblings whose names start with "tree" stay.
+  SK_ASSERT_OK(storage_->WriteAll(Path("tree.keep"), "3", false));
+  SK_ASSERT_OK(storage_->CreateDir(Path("tree2")));
+
+  SK_ASSERT_OK(storage_->DeleteRecursive(Path("tree")));
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(root_));
+  EXPECT_EQ(names, (Names{"tree.keep", "tree2"}));
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, storage_->Exists(Path("tree/a")));
+  EXPECT_FALSE(exists);
+
+  SK_EXPECT_OK(storage_->DeleteRecursive(Path("tree")));
+  SK_EXPECT_OK(storage_->DeleteRecursive(Path("never/was")));
+  SK_EXPECT_OK(storage_->DeleteRecursive(Path("tree.keep")));
+}
+
+TEST_P(StorageConformanceTest, RenameMovesFile) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("from"), "payload", false));
+  SK_ASSERT_OK(storage_->Rename(Path("from"), Path("to")));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("to")));
+  EXPECT_EQ(content, "payload");
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, storage_->Exists(Path("from")));
+  EXPECT_FALSE(exists);
+}
+
+TEST_P(StorageConformanceTest, RenameMovesDirWithContents) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("tmp/sub")));
+  SK_ASSERT_OK(storage_->CreateDir(Path("tmp/empty")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("tmp/a"), "a", false));
+  SK_ASSERT_OK(storage_->WriteAll(Path("tmp/sub/b"), "b", false));
+  SK_ASSERT_OK(storage_->WriteAll(Path("tmp.other"), "stays", false));
+
+  SK_ASSERT_OK(storage_->Rename(Path("tmp"), Path("final")));
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(root_));
+  EXPECT_EQ(names, (Names{"final", "tmp.other"}));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("final")));
+  EXPECT_EQ(names, (Names{"a", "empty", "sub"}));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content,
+                          storage_->ReadAll(Path("final/sub/b")));
+  EXPECT_EQ(content, "b");
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("final/empty")));
+  EXPECT_EQ(names, Names{});
+}
+
+TEST_P(StorageConformanceTest, RenameOntoExistingFileFails) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("from"), "new", false));
+  SK_ASSERT_OK(storage_->WriteAll(Path("to"), "old", false));
+  EXPECT_EQ(storage_->Rename(Path("from"), Path("to")).code(),
+            StatusCode::kAlreadyExists);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("to")));
+  EXPECT_EQ(content, "old");
+  SK_ASSERT_OK_AND_ASSIGN(content, storage_->ReadAll(Path("from")));
+  EXPECT_EQ(content, "new");
+}
+
+TEST_P(StorageConformanceTest, RenameOntoExistingDirFails) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("from")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("from/x"), "x", false));
+  SK_ASSERT_OK(storage_->CreateDir(Path("empty")));
+  SK_ASSERT_OK(storage_->CreateDir(Path("full")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("full/y"), "y", false));
+
+  EXPECT_EQ(storage_->Rename(Path("from"), Path("empty")).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(storage_->Rename(Path("from"), Path("full")).code(),
+            StatusCode::kAlreadyExists);
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(Path("full")));
+  EXPECT_EQ(names, Names{"y"});
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("from")));
+  EXPECT_EQ(names, Names{"x"});
+}
+
+TEST_P(StorageConformanceTest, RenameOfMissingIsNotFound) {
+  EXPECT_EQ(storage_->Rename(Path("missing"), Path("to")).code(),
+            StatusCode::kNotFound);
+}
+
+TEST_P(StorageConformanceTest, CreateDirCreatesParentsAndIsIdempotent) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("a/b/c")));
+  SK_ASSERT_OK(storage_->CreateDir(Path("a/b/c")));
+  SK_ASSERT_OK(storage_->CreateDir(Path("a")));
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(Path("a")));
+  EXPECT_EQ(names, Names{"b"});
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path("a/b/c")));
+  EXPECT_EQ(names, Names{});
+}
+
+TEST_P(StorageConformanceTest, CreateDirOverFileFails) {
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), "x", false));
+  EXPECT_FALSE(storage_->CreateDir(Path("f")).ok());
+}
+
+TEST_P(StorageConformanceTest, SyncDirSucceeds) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("d")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("d/f"), "x", /*sync=*/true));
+  SK_EXPECT_OK(storage_->SyncDir(Path("d")));
+  SK_EXPECT_OK(storage_->SyncDir(root_));
+}
+
+TEST_P(StorageConformanceTest, ConcurrentReadAt) {
+  const std::string data = TestBytes(1 << 20);
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), data, false));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t state = t + 1;
+      std::string buffer;
+      for (int i = 0; i < 200; ++i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t offset = (state >> 33) % data.size();
+        const uint64_t size = std::min<uint64_t>((state >> 13) % 65536,
+                                                 data.size() - offset);
+        buffer.assign(size, '\0');
+        const Status status =
+            storage_->ReadAt(Path("f"), offset, size, buffer.data());
+        if (!status.ok() || buffer != data.substr(offset, size)) ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_P(StorageConformanceTest, LargeFileRoundTrip) {
+  const std::string data = TestBytes(16 << 20);
+  SK_ASSERT_OK(storage_->WriteAll(Path("whole"), data, /*sync=*/false));
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage_->OpenForAppend(Path("appended")));
+  for (size_t offset = 0; offset < data.size(); offset += 1 << 20) {
+    SK_ASSERT_OK(file->Append(data.data() + offset, 1 << 20));
+  }
+  SK_ASSERT_OK(file->Close());
+
+  for (const char* name : {"whole", "appended"}) {
+    SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path(name)));
+    EXPECT_TRUE(content == data) << name << ": size " << content.size();
+    std::string tail(1 << 20, '\0');
+    SK_ASSERT_OK(storage_->ReadAt(Path(name), data.size() - tail.size(),
+                                  tail.size(), tail.data()));
+    EXPECT_TRUE(tail == data.substr(data.size() - tail.size())) << name;
+  }
+}
+
+}  // namespace
+}  // namespace shardkeep

@@ -1,0 +1,258 @@
+// shardkeep._core: the thin binding between the Python front and the C++
+// engine. Arguments become C++ structs, the GIL is released around every
+// call that touches storage, array bytes cross as uint8 views without
+// copies, and a non-OK Status becomes a shardkeep.errors exception here and
+// nowhere else.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "shardkeep/checkpoint.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace shardkeep {
+namespace {
+
+using InputBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using OutputBytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+const char* ErrorClassName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kNotFound: return "NotFoundError";
+    case StatusCode::kCorruption: return "CorruptionError";
+    case StatusCode::kIncompatible: return "IncompatibleError";
+    case StatusCode::kTimeout: return "TimeoutError";
+    case StatusCode::kStorage: return "StorageError";
+    case StatusCode::kAlreadyExists: return "AlreadyExistsError";
+    case StatusCode::kInvalidArgument: return "InvalidArgumentError";
+    default: return "ShardkeepError";
+  }
+}
+
+[[noreturn]] void Raise(const Status& status) {
+  nb::object type =
+      nb::module_::import_("shardkeep.errors").attr(ErrorClassName(status.code()));
+  PyErr_SetString(type.ptr(), status.message().c_str());
+  throw nb::python_error();
+}
+
+void ThrowIfError(const Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+template <typename T>
+T ValueOrRaise(Result<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return std::move(result).value();
+}
+
+DType DTypeOrRaise(const std::string& name) { return ValueOrRaise(DTypeFromName(name)); }
+
+// Checks that a byte buffer holds exactly the box in `dtype`.
+void CheckBufferSize(size_t bytes, const Box& box, DType dtype, const char* what) {
+  const uint64_t expected = box.NumElements() * DTypeSize(dtype);
+  if (bytes != expected) {
+    Raise(InvalidArgumentError(std::string(what) + " of box " + box.ToString() +
+                               " holds " + std::to_string(bytes) +
+                               " bytes, expected " + std::to_string(expected)));
+  }
+}
+
+Box MakeBox(std::vector<uint64_t> origin, std::vector<uint64_t> shape) {
+  if (origin.size() != shape.size()) {
+    Raise(InvalidArgumentError("box origin and shape differ in rank"));
+  }
+  return Box{std::move(origin), std::move(shape)};
+}
+
+StorageLocation Locate(const std::string& url) { return ValueOrRaise(ResolveStorage(url)); }
+
+nlohmann::json ParseJson(const std::string& text, const char* what) {
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+  if (value.is_discarded()) Raise(InvalidArgumentError(std::string(what) + " is not JSON"));
+  return value;
+}
+
+// A save in flight. Holds the Python arrays it borrows until it has
+// committed, so their memory outlives the background writes.
+struct PySaveHandle {
+  std::unique_ptr<SaveHandle> handle;
+  nb::object borrowed;
+
+  bool Wait(std::optional<double> timeout) {
+    std::optional<Status> outcome;
+    {
+      nb::gil_scoped_release release;
+      outcome = handle->future().Wait(timeout ? *timeout : -1.0);
+    }
+    if (!outcome) return false;
+    borrowed = nb::none();
+    ThrowIfError(*outcome);
+    return true;
+  }
+};
+
+CheckpointablePayload ParsePart(nb::dict part, nb::list& borrowed) {
+  CheckpointablePayload payload;
+  payload.name = nb::cast<std::string>(part["name"]);
+  payload.kind = nb::cast<std::string>(part["kind"]);
+  payload.meta_json = nb::cast<std::string>(part["meta_json"]);
+  nb::bytes value = nb::cast<nb::bytes>(part["value"]);
+  payload.value.assign(value.c_str(), value.size());
+  for (nb::handle item : nb::cast<nb::list>(part["shards"])) {
+    nb::tuple shard = nb::cast<nb::tuple>(item);
+    if (shard.size() != 5) Raise(InvalidArgumentError("a shard is a 5-tuple"));
+    ShardData data;
+    data.leaf = nb::cast<uint32_t>(shard[0]);
+    data.dtype = DTypeOrRaise(nb::cast<std::string>(shard[1]));
+    data.box = MakeBox(nb::cast<std::vector<uint64_t>>(shard[2]),
+                       nb::cast<std::vector<uint64_t>>(shard[3]));
+    InputBytes bytes = nb::cast<InputBytes>(shard[4]);
+    CheckBufferSize(bytes.size(), data.box, data.dtype, "shard data");
+    data.data = bytes.data();
+    borrowed.append(shard[4]);
+    payload.shards.push_back(std::move(data));
+  }
+  return payload;
+}
+
+PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
+                          std::optional<int64_t> step,
+                          const std::string& custom_metadata_json,
+                          const std::string& metrics_json, bool force,
+                          const Options& options) {
+  StorageLocation location = Locate(url);
+  SaveRequest request;
+  request.path = location.path;
+  request.step = step;
+  request.force = force;
+  request.custom_metadata = ParseJson(custom_metadata_json, "custom_metadata");
+  request.metrics = ParseJson(metrics_json, "metrics");
+  nb::list borrowed;
+  for (nb::handle part : parts) {
+    request.parts.push_back(ParsePart(nb::cast<nb::dict>(part), borrowed));
+  }
+  Result<std::unique_ptr<SaveHandle>> started = InternalError("not started");
+  {
+    nb::gil_scoped_release release;
+    started = StartSave(location.storage, NewSingleProcessCoordinator(),
+                        std::move(request), options);
+  }
+  return new PySaveHandle{ValueOrRaise(std::move(started)), std::move(borrowed)};
+}
+
+struct PyReader {
+  std::unique_ptr<CheckpointReader> reader;
+
+  static PyReader* Open(const std::string& url) {
+    StorageLocation location = Locate(url);
+    Result<std::unique_ptr<CheckpointReader>> opened = InternalError("not opened");
+    {
+      nb::gil_scoped_release release;
+      opened = CheckpointReader::Open(location.storage, location.path);
+    }
+    return new PyReader{ValueOrRaise(std::move(opened))};
+  }
+
+  std::string MetaJson(const std::string& name) {
+    Result<std::string> meta = InternalError("not read");
+    {
+      nb::gil_scoped_release release;
+      meta = reader->MetaJson(name);
+    }
+    return ValueOrRaise(std::move(meta));
+  }
+
+  nb::bytes ReadValue(const std::string& name) {
+    Result<std::string> value = InternalError("not read");
+    {
+      nb::gil_scoped_release release;
+      value = reader->ReadValue(name);
+    }
+    std::string bytes = ValueOrRaise(std::move(value));
+    return nb::bytes(bytes.data(), bytes.size());
+  }
+
+  void Read(const std::string& name, nb::list requests, const Options& options) {
+    std::vector<ReadRequest> parsed;
+    // The destination arrays stay referenced by `requests` for the call.
+    for (nb::handle item : requests) {
+      nb::tuple request = nb::cast<nb::tuple>(item);
+      if (request.size() != 5) Raise(InvalidArgumentError("a read request is a 5-tuple"));
+      ReadRequest read;
+      read.leaf = nb::cast<uint32_t>(request[0]);
+      read.dtype = DTypeOrRaise(nb::cast<std::string>(request[1]));
+      read.box = MakeBox(nb::cast<std::vector<uint64_t>>(request[2]),
+                         nb::cast<std::vector<uint64_t>>(request[3]));
+      OutputBytes dst = nb::cast<OutputBytes>(request[4]);
+      CheckBufferSize(dst.size(), read.box, read.dtype, "read destination");
+      read.dst = dst.data();
+      parsed.push_back(std::move(read));
+    }
+    Status status;
+    {
+      nb::gil_scoped_release release;
+      status = reader->Read(name, parsed, options);
+    }
+    ThrowIfError(status);
+  }
+};
+
+}  // namespace
+}  // namespace shardkeep
+
+NB_MODULE(_core, m) {
+  using namespace shardkeep;
+  m.doc() = "shardkeep's C++ engine; use the shardkeep package, not this module.";
+
+  nb::class_<Options>(m, "Options")
+      .def(
+          "__init__",
+          [](Options* self, uint64_t chunk_bytes, bool compress, int zstd_level,
+             int io_threads, uint64_t host_memory_limit, double timeout_s,
+             bool allow_lossy_cast, uint64_t coalesce_gap_bytes) {
+            new (self) Options();
+            self->chunk_bytes = chunk_bytes;
+            self->compress = compress;
+            self->zstd_level = zstd_level;
+            self->io_threads = io_threads;
+            self->host_memory_limit = host_memory_limit;
+            self->timeout_s = timeout_s;
+            self->allow_lossy_cast = allow_lossy_cast;
+            self->coalesce_gap_bytes = coalesce_gap_bytes;
+          },
+          nb::kw_only(), "chunk_bytes"_a = Options().chunk_bytes,
+          "compress"_a = false, "zstd_level"_a = 1, "io_threads"_a = 0,
+          "host_memory_limit"_a = 0, "timeout_s"_a = Options().timeout_s,
+          "allow_lossy_cast"_a = false,
+          "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes)
+      .def_rw("chunk_bytes", &Options::chunk_bytes)
+      .def_rw("compress", &Options::compress)
+      .def_rw("zstd_level", &Options::zstd_level)
+      .def_rw("io_threads", &Options::io_threads)
+      .def_rw("host_memory_limit", &Options::host_memory_limit)
+      .def_rw("timeout_s", &Options::timeout_s)
+      .def_rw("allow_lossy_cast", &Options::allow_lossy_cast)
+      .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes);
+
+  nb::class_<PySaveHandle>(m, "SaveHandle")
+      .def("wait", &PySaveHandle::Wait, "timeout"_a = nb::none(),
+           "Waits for the commit; False on timeout, raises if the save failed.")
+      .def("done", [](PySaveHandle& self) { return self.handle->future().Ready(); });
+
+  m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),
+        "step"_a = nb::none(), "custom_metadata_json"_a = "{}",
+        "metrics_json"_a = "{}", "force"_a = false, "options"_a = Options(),
+        "Runs a save's blocking phase and starts its background phase.");
+
+  nb::class_<PyReader>(m, "Reader")
+      .def(nb::new_(&PyReader::Open), "path"_a)
+      .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
+      .def("meta_json", &PyReader::MetaJson, "name"_a)
+      .def("read_value", &PyReader::ReadValue, "name"_a)
+      .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options());
+}

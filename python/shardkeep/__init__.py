@@ -1,0 +1,24 @@
+"""shardkeep: distributed checkpointing for JAX with a C++ core.
+
+    import shardkeep as sk
+    sk.save("/ckpt/1", {"params": params, "opt_state": opt_state})
+    state = sk.load("/ckpt/1", abstract_state)
+"""
+
+from .checkpointables import JsonValue, register_kind
+from .errors import (AlreadyExistsError, CorruptionError, IncompatibleError,
+                     InvalidArgumentError, NotFoundError, ShardkeepError, StorageError,
+                     TimeoutError)
+from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
+from .load import load, load_checkpointables
+from .options import Options
+from .save import (SaveFuture, save, save_async, save_checkpointables,
+                   save_checkpointables_async)
+
+__all__ = [
+    "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
+    "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
+    "Options", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError", "load",
+    "load_checkpointables", "metadata", "register_kind", "save", "save_async",
+    "save_checkpointables", "save_checkpointables_async",
+]

@@ -1,0 +1,109 @@
+"""Checkpointable kinds: how a named part of a checkpoint is saved and loaded.
+
+The format knows three base kinds:
+
+* ``pytree``: arrays and scalars (any value not matched below);
+* ``json``: a JSON document, chosen by wrapping the value in ``JsonValue``;
+* ``bytes``: an opaque blob, chosen for ``bytes``/``bytearray``/``memoryview``.
+
+``register_kind`` adds a user kind that maps a Python type onto one of them
+(e.g. a data-loader state saved as bytes). Its name is recorded in the
+checkpointable's meta.json as ``"registered_kind"``, and loading applies its
+``load`` function when the kind is registered in the loading process (and
+returns the base value otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Callable
+
+from . import staging
+from .errors import InvalidArgumentError
+
+BASE_KINDS = ("pytree", "json", "bytes")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonValue:
+    """Marks a checkpointable to be saved as a JSON document (kind ``json``)."""
+
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A registered kind: values of ``type`` are saved as ``base`` via ``save``."""
+
+    name: str
+    base: str
+    type: type
+    save: Callable[[Any], Any]
+    load: Callable[[Any], Any]
+
+
+_registry: dict[str, Kind] = {}
+
+
+def register_kind(name: str, *, base: str, type: type, save: Callable[[Any], Any],
+                  load: Callable[[Any], Any]) -> None:
+    """Registers a checkpointable kind for values of class ``type``.
+
+    ``save(value)`` returns the base value: a pytree, a JSON-serialisable
+    object (base "json") or bytes (base "bytes"). ``load(base_value)``
+    inverts it. Registering a name again replaces the earlier kind.
+    """
+    if base not in BASE_KINDS:
+        raise InvalidArgumentError(f"kind base must be one of {BASE_KINDS}, got {base!r}")
+    if name in BASE_KINDS:
+        raise InvalidArgumentError(f"kind name {name!r} is reserved")
+    _registry[name] = Kind(name, base, type, save, load)
+
+
+def check_name(name) -> None:
+    """Rejects checkpointable names that are not plain folder names."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise InvalidArgumentError(
+            f"checkpointable name {name!r} must be a non-empty folder name of letters, digits,"
+            " '_', '-' and '.' that starts with a letter or digit")
+
+
+def encode(name: str, value: Any, *, own_copies: bool) -> dict:
+    """The ``_core.start_save`` part dict for checkpointable ``name``."""
+    check_name(name)
+    registered = next((k for k in _registry.values() if isinstance(value, k.type)), None)
+    if registered is not None:
+        part = _encode_base(name, registered.base, registered.save(value), own_copies)
+        meta = json.loads(part["meta_json"])
+        meta["registered_kind"] = registered.name
+        part["meta_json"] = json.dumps(meta, allow_nan=False, ensure_ascii=False)
+        return part
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _encode_base(name, "bytes", value, own_copies)
+    if isinstance(value, JsonValue):
+        return _encode_base(name, "json", value.value, own_copies)
+    return _encode_base(name, "pytree", value, own_copies)
+
+
+def _encode_base(name: str, kind: str, value: Any, own_copies: bool) -> dict:
+    part = {"name": name, "kind": kind, "meta_json": json.dumps({"kind": kind}),
+            "value": b"", "shards": []}
+    if kind == "pytree":
+        part["meta_json"], part["shards"] = staging.stage_pytree(value, own_copies=own_copies)
+    elif kind == "json":
+        try:
+            part["value"] = json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"checkpointable {name!r} is not valid JSON: {e}") from e
+    else:
+        part["value"] = bytes(value)
+    return part
+
+
+def decode(meta: dict, base_value: Any) -> Any:
+    """Applies a registered kind's ``load`` to a loaded base value, if any."""
+    registered = _registry.get(meta.get("registered_kind"))
+    return registered.load(base_value) if registered is not None else base_value

@@ -1,0 +1,95 @@
+"""``metadata``: what a checkpoint holds, read from its small JSON files only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+import jax
+
+from . import _core, dtypes, shardings, tree_codec
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafInfo:
+    """One saved leaf. ``bytes`` is the raw (uncompressed) size of its data."""
+
+    path: str
+    kind: str                 # "array", "scalar", "string" or "none"
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    sharding: dict | None     # the saved sharding description
+    bytes: int
+    value: Any = None         # scalar and str leaves only
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointableInfo:
+    """One checkpointable. ``leaves`` and ``tree`` are set for pytrees only."""
+
+    name: str
+    kind: str
+    leaves: tuple[LeafInfo, ...] | None = None
+    tree: dict | None = None
+
+    def abstract_tree(self) -> Any:
+        """The saved tree with ``jax.ShapeDtypeStruct`` for array leaves.
+
+        Each struct carries the saved sharding when this job has the devices
+        it names (else no sharding: load puts it on the default device), so
+        ``load(path, info.checkpointables["state"].abstract_tree())``
+        restores arrays as they were sharded at save time. Scalar, str and
+        None leaves stay None (loaded as Python values).
+        """
+        values = [
+            jax.ShapeDtypeStruct(leaf.shape, dtypes.from_name(leaf.dtype),
+                                 sharding=shardings.rebuild(leaf.sharding))
+            if leaf.kind == "array" else None
+            for leaf in self.leaves
+        ]
+        return tree_codec.rebuild(self.tree, values)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """A committed checkpoint, as described by its ``_SHARDKEEP`` record."""
+
+    path: str
+    step: int | None
+    checkpointables: dict[str, CheckpointableInfo]
+    custom_metadata: dict
+    metrics: dict
+    commit_record: dict
+
+
+def metadata(path) -> CheckpointInfo:
+    """Describes the checkpoint at ``path`` without reading any array data.
+
+    Raises NotFoundError if ``path`` holds no committed checkpoint.
+    """
+    path = os.fspath(path)
+    reader = _core.Reader(path)
+    record = json.loads(reader.commit_json())
+    parts = {}
+    for name, entry in record["checkpointables"].items():
+        kind = entry["kind"]
+        if kind == "pytree":
+            meta = json.loads(reader.meta_json(name))
+            leaves = tuple(_leaf_info(leaf) for leaf in meta["leaves"])
+            parts[name] = CheckpointableInfo(name, kind, leaves, meta["tree"])
+        else:
+            parts[name] = CheckpointableInfo(name, kind)
+    return CheckpointInfo(path, record.get("step"), parts, record.get("custom_metadata", {}),
+                          record.get("metrics", {}), record)
+
+
+def _leaf_info(leaf: dict) -> LeafInfo:
+    shape = tuple(leaf["shape"]) if leaf.get("shape") is not None else None
+    size = 0
+    if leaf["kind"] == "array":
+        size = math.prod(shape) * dtypes.from_name(leaf["dtype"]).itemsize
+    return LeafInfo(leaf["path"], leaf["kind"], leaf.get("dtype"), shape,
+                    leaf.get("sharding"), size, leaf.get("value"))

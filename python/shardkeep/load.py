@@ -1,0 +1,87 @@
+"""Loading checkpoints: whole, or some checkpointables only."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+from . import _core, checkpointables, restore
+from . import options as options_lib
+from .errors import InvalidArgumentError, NotFoundError
+
+
+def load(path, target: Any = None, *, partial: bool = False,
+         options: options_lib.Options | None = None) -> Any:
+    """Loads the checkpointable "state" (what ``save`` wrote).
+
+    ``target`` says what to build, leaf by leaf, matched to saved leaves by
+    key path:
+
+    * ``jax.ShapeDtypeStruct`` (with ``.sharding``) or a ``jax.Array``: a
+      ``jax.Array`` with that shape, dtype and sharding (resharding as
+      needed; a struct without sharding goes to the default device);
+    * numpy array or scalar: a numpy result of that dtype;
+    * None (the whole target or one leaf): numpy arrays for array leaves and
+      Python values for scalar, str and None leaves.
+
+    Without a target, containers are rebuilt from the saved structure
+    (dicts, lists, tuples, named tuples; other pytree nodes as dicts); with
+    one, the target's own tree structure is used, so registered classes
+    (optax, flax) come back as themselves.
+
+    A dtype that differs from the saved one is cast by the core; casts that
+    may lose values need ``Options(allow_lossy_cast=True)``. A shape that
+    differs raises IncompatibleError. Target leaves missing from the
+    checkpoint always raise IncompatibleError; checkpoint leaves missing
+    from the target raise it too unless ``partial=True``, which loads just
+    the leaves the target names.
+    """
+    return load_checkpointables(path, {"state": target}, partial=partial,
+                                options=options)["state"]
+
+
+def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
+                         partial: bool = False,
+                         options: options_lib.Options | None = None) -> dict[str, Any]:
+    """Loads the named checkpointables; reads no other checkpointable's files.
+
+    ``targets`` maps each checkpointable to load to its target (see
+    ``load``; None for no target); None loads every checkpointable.
+    Kind "json" comes back as the JSON object, kind "bytes" as bytes; their
+    target must be None. Raises NotFoundError if ``path`` holds no committed
+    checkpoint or lacks a named checkpointable.
+    """
+    path = os.fspath(path)
+    core_options = options_lib.resolve(options).to_core()
+    reader = _core.Reader(path)
+    available = json.loads(reader.commit_json())["checkpointables"]
+    if targets is None:
+        targets = {name: None for name in available}
+    if not isinstance(targets, Mapping):
+        raise InvalidArgumentError(
+            f"targets must map checkpointable names to targets, got {type(targets).__name__}")
+    results = {}
+    for name, target in targets.items():
+        if name not in available:
+            raise NotFoundError(
+                f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
+        results[name] = _load_one(reader, path, name, available[name]["kind"], target,
+                                  partial, core_options)
+    return results
+
+
+def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: bool,
+              core_options) -> Any:
+    where = f"{path}/{name}"
+    meta = json.loads(reader.meta_json(name))
+    if kind == "pytree":
+        value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,
+                                       core_options=core_options)
+    elif target is not None:
+        raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
+    elif kind == "json":
+        value = json.loads(reader.read_value(name))
+    else:
+        value = reader.read_value(name)
+    return checkpointables.decode(meta, value)

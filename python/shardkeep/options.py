@@ -1,0 +1,72 @@
+"""User-facing save/restore options and their conversion to the core's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .errors import InvalidArgumentError
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Tuning knobs for saving and loading.
+
+    Attributes:
+      chunk_bytes: largest stored chunk; a device shard is split into chunks
+        of at most this size so restores onto another sharding read little
+        waste and one large shard is written by several threads.
+      compression: None (raw) or "zstd".
+      io_threads: worker threads of the C++ engine; 0 picks a default.
+      host_memory_limit: cap on in-flight host bytes in the C++ engine;
+        0 means no cap.
+      timeout_s: limit on every wait (barriers, save completion in C++).
+      replica_parallel: split replicated shards among their replicas when
+        several processes hold them (multi-process saves).
+      allow_lossy_cast: permit loading into a dtype that cannot hold every
+        stored value (e.g. float32 -> bfloat16, int32 -> int16).
+    """
+
+    chunk_bytes: int = 64 << 20
+    compression: str | None = None
+    io_threads: int = 0
+    host_memory_limit: int = 0
+    timeout_s: float = 600.0
+    replica_parallel: bool = True
+    allow_lossy_cast: bool = False
+
+    def __post_init__(self):
+        if self.chunk_bytes <= 0:
+            raise InvalidArgumentError(f"Options.chunk_bytes must be > 0, got {self.chunk_bytes}")
+        if self.compression not in (None, "zstd"):
+            raise InvalidArgumentError(
+                f"Options.compression must be None or 'zstd', got {self.compression!r}")
+        if self.io_threads < 0:
+            raise InvalidArgumentError(f"Options.io_threads must be >= 0, got {self.io_threads}")
+        if self.host_memory_limit < 0:
+            raise InvalidArgumentError(
+                f"Options.host_memory_limit must be >= 0, got {self.host_memory_limit}")
+        if not self.timeout_s > 0:
+            raise InvalidArgumentError(f"Options.timeout_s must be > 0, got {self.timeout_s}")
+
+    def to_core(self):
+        """Returns the equivalent ``shardkeep._core.Options``."""
+        from . import _core  # Imported late so that this module stays importable alone.
+
+        return _core.Options(
+            chunk_bytes=self.chunk_bytes,
+            compress=self.compression == "zstd",
+            io_threads=self.io_threads,
+            host_memory_limit=self.host_memory_limit,
+            timeout_s=float(self.timeout_s),
+            allow_lossy_cast=self.allow_lossy_cast,
+        )
+
+
+def resolve(options: Options | None) -> Options:
+    """Returns ``options``, or the defaults when None; rejects other types."""
+    if options is None:
+        return Options()
+    if not isinstance(options, Options):
+        raise InvalidArgumentError(
+            f"options must be a shardkeep.Options, got {type(options).__name__}")
+    return options

@@ -1,0 +1,185 @@
+"""Restoring one pytree checkpointable onto a target (DESIGN.md §6).
+
+Every box this process needs, of every leaf, is requested from the C++
+reader in one call, so that the reads run in parallel and chunks shared by
+several boxes are coalesced there. Each unique box is read once, whatever
+number of local devices hold it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from . import dtypes, shardings, tree_codec
+from .errors import IncompatibleError, InvalidArgumentError
+
+# A leaf's read requests, and how to build its value once they are filled.
+_Plan = tuple[list[tuple], Callable[[], Any]]
+_MAX_LISTED = 20
+
+
+def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
+                   partial: bool, core_options) -> Any:
+    """Loads checkpointable ``name`` (meta.json already parsed into ``meta``).
+
+    ``where`` ("<checkpoint>/<name>") prefixes error messages. See
+    ``shardkeep.load`` for the meaning of ``target`` and ``partial``.
+    """
+    saved = meta["leaves"]
+    if target is None:
+        plans = [_plan_leaf(where, i, leaf, None) for i, leaf in enumerate(saved)]
+        values = _run(reader, name, plans, core_options)
+        return tree_codec.rebuild(meta["tree"], values)
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
+    paths = [tree_codec.path_str(keys) for keys, _ in keyed]
+    numbers = _match(where, paths, [leaf["path"] for leaf in saved], partial)
+    plans = [_plan_leaf(where, n, saved[n], t) for n, (_, t) in zip(numbers, keyed)]
+    return jax.tree_util.tree_unflatten(treedef, _run(reader, name, plans, core_options))
+
+
+def _match(where: str, target_paths: list[str], saved_paths: list[str],
+           partial: bool) -> list[int]:
+    """The saved leaf number of each target leaf; errors list any mismatch."""
+    number = {p: i for i, p in enumerate(saved_paths)}
+    if len(set(target_paths)) != len(target_paths):
+        dup = sorted({p for p in target_paths if target_paths.count(p) > 1})
+        raise InvalidArgumentError(f"{where}: target leaves share key paths {_listing(dup)}")
+    missing = [p for p in target_paths if p not in number]
+    extra = [] if partial else sorted(set(saved_paths) - set(target_paths))
+    if missing or extra:
+        problems = []
+        if missing:
+            problems.append(f"target leaves not in the checkpoint: {_listing(missing)}")
+        if extra:
+            problems.append(f"checkpoint leaves not in the target: {_listing(extra)}"
+                            " (pass partial=True to load a subset)")
+        raise IncompatibleError(f"{where}: tree mismatch; " + "; ".join(problems))
+    return [number[p] for p in target_paths]
+
+
+def _listing(paths: list[str]) -> str:
+    shown = ", ".join(repr(p) for p in paths[:_MAX_LISTED])
+    more = len(paths) - _MAX_LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _run(reader, name: str, plans: list[_Plan], core_options) -> list:
+    requests = [r for reqs, _ in plans for r in reqs]
+    if requests:
+        reader.read(name, requests, core_options)
+    return [finish() for _, finish in plans]
+
+
+def _plan_leaf(where: str, number: int, saved: dict, target: Any) -> _Plan:
+    kind, path = saved["kind"], saved["path"]
+    if kind == "none":
+        if target is not None:
+            raise IncompatibleError(
+                f"{where}: leaf {path!r} is None in the checkpoint, the target wants {_describe(target)}")
+        return [], lambda: None
+    if kind == "string":
+        if target is not None and not isinstance(target, str):
+            raise IncompatibleError(
+                f"{where}: leaf {path!r} is a str in the checkpoint, the target wants {_describe(target)}")
+        return [], lambda: saved["value"]
+    if kind == "scalar":
+        return _plan_scalar(where, saved, target)
+    return _plan_array(where, number, saved, target)
+
+
+def _plan_scalar(where: str, saved: dict, target: Any) -> _Plan:
+    value = _decode_scalar(saved)
+    if target is None or isinstance(target, (bool, int, float)):
+        return [], lambda: value
+    _check_target_shape(where, saved["path"], (), target)
+    host = np.asarray(value, dtypes.from_name(saved["dtype"])).astype(_target_dtype(target))
+    return [], lambda: _deliver(host, target)
+
+
+def _decode_scalar(saved: dict):
+    value = saved["value"]
+    if saved["dtype"] == "float64":
+        return float(value)  # float("nan") etc. decode the non-finite spellings too.
+    return bool(value) if saved["dtype"] == "bool" else int(value)
+
+
+def _plan_array(where: str, number: int, saved: dict, target: Any) -> _Plan:
+    path, shape = saved["path"], tuple(saved["shape"])
+    if target is None or isinstance(target, (bool, int, float)):
+        buf = np.empty(shape, dtypes.from_name(saved["dtype"]))
+        finish = (lambda: buf) if target is None else (lambda: buf.item())
+        if target is not None:
+            _check_target_shape(where, path, shape, np.asarray(target))
+        return [_request(number, (0,) * len(shape), buf)], finish
+    _check_target_shape(where, path, shape, target)
+    dtype = _target_dtype(target)
+    if isinstance(target, (np.ndarray, np.generic)):
+        buf = np.empty(shape, dtype)
+        return [_request(number, (0,) * len(shape), buf)], lambda: _deliver(buf, target)
+    return _plan_sharded(number, shape, dtype, _target_sharding(target))
+
+
+def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
+                  sharding: jax.sharding.Sharding) -> _Plan:
+    boxes = shardings.addressable_boxes(sharding, shape)
+    buffers = {box: np.empty(box[1], dtype) for box in boxes}
+    requests = [_request(number, box[0], buf) for box, buf in buffers.items()]
+
+    def finish():
+        arrays = []
+        for box, devices in boxes.items():
+            # device_put of a numpy array may alias it on the CPU backend;
+            # other devices get copies of the first device's array so that
+            # no two shards share memory.
+            first = jax.device_put(buffers[box], devices[0])
+            arrays.append(first)
+            arrays.extend(jax.device_put(first, d) for d in devices[1:])
+        return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+
+    return requests, finish
+
+
+def _request(number: int, origin, buf: np.ndarray) -> tuple:
+    return (number, buf.dtype.name, list(origin), list(buf.shape), dtypes.as_bytes(buf))
+
+
+def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:
+    if not hasattr(target, "shape") or not hasattr(target, "dtype"):
+        raise InvalidArgumentError(
+            f"{where}: target leaf {path!r} is a {type(target).__name__}; targets are"
+            " jax.ShapeDtypeStruct, jax/numpy arrays, numpy/Python scalars, str or None")
+    if tuple(target.shape) != tuple(saved_shape):
+        raise IncompatibleError(
+            f"{where}: leaf {path!r} has shape {tuple(saved_shape)} in the checkpoint, the"
+            f" target wants {tuple(target.shape)}")
+
+
+def _target_dtype(target) -> np.dtype:
+    return np.dtype(target.dtype)
+
+
+def _target_sharding(target) -> jax.sharding.Sharding:
+    sharding = getattr(target, "sharding", None)
+    if isinstance(sharding, jax.sharding.Sharding):
+        return sharding
+    # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
+    # where JAX puts new arrays.
+    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
+def _deliver(host: np.ndarray, target: Any):
+    """``host`` in the form the target leaf asks for."""
+    if isinstance(target, np.generic):
+        return host[()]
+    if isinstance(target, np.ndarray):
+        return host
+    return jax.device_put(host, _target_sharding(target))
+
+
+def _describe(target) -> str:
+    if hasattr(target, "shape") and hasattr(target, "dtype"):
+        return f"{type(target).__name__} {np.dtype(target.dtype).name}{list(target.shape)}"
+    return type(target).__name__

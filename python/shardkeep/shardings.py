@@ -1,0 +1,88 @@
+"""Boxes of shardings, and sharding descriptions stored in meta.json.
+
+Works only from ``sharding.devices_indices_map`` / ``shard.index``, which
+every ``jax.sharding.Sharding`` provides, because the concrete sharding
+classes change between JAX versions.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+Box = tuple[tuple[int, ...], tuple[int, ...]]  # (origin, shape)
+
+
+def box_of_index(index: Sequence[slice], shape: Sequence[int]) -> Box:
+    """The box an index (a tuple of slices, as in ``shard.index``) selects."""
+    origin, extent = [], []
+    for s, n in zip(index, shape):
+        start, stop, step = s.indices(n)
+        if step != 1:
+            raise ValueError(f"strided shard index {index} is not a box")
+        origin.append(start)
+        extent.append(max(stop - start, 0))
+    return tuple(origin), tuple(extent)
+
+
+def addressable_boxes(sharding: jax.sharding.Sharding,
+                      shape: Sequence[int]) -> dict[Box, list[jax.Device]]:
+    """Each unique box this process's devices hold, with the devices holding it."""
+    boxes: dict[Box, list[jax.Device]] = {}
+    for device, index in sharding.addressable_devices_indices_map(tuple(shape)).items():
+        boxes.setdefault(box_of_index(index, shape), []).append(device)
+    return boxes
+
+
+def describe(sharding: jax.sharding.Sharding | None) -> dict | None:
+    """A JSON description of ``sharding`` (informational; see ``rebuild``)."""
+    if sharding is None:
+        return None
+    if isinstance(sharding, SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return {"type": "single_device", "device_id": device.id}
+    if isinstance(sharding, NamedSharding):
+        mesh = sharding.mesh
+        return {
+            "type": "named",
+            "axis_names": list(mesh.axis_names),
+            "mesh_shape": list(mesh.devices.shape),
+            "spec": [_spec_entry(e) for e in sharding.spec],
+            "device_ids": [int(d.id) for d in mesh.devices.flat],
+        }
+    return {"type": "other", "class": type(sharding).__name__}
+
+
+def _spec_entry(entry):
+    if entry is None or isinstance(entry, str):
+        return entry
+    if isinstance(entry, tuple):
+        return list(entry)
+    return None  # PartitionSpec.UNCONSTRAINED and the like: no fixed layout.
+
+
+def rebuild(description: dict | None) -> jax.sharding.Sharding | None:
+    """The sharding a description stands for, if every device it names exists.
+
+    Returns None when the description is missing, of another type, or names
+    devices this job does not have (loading onto another topology).
+    """
+    if not description:
+        return None
+    devices = {d.id: d for d in jax.devices()}
+    if description.get("type") == "single_device":
+        device = devices.get(description.get("device_id"))
+        return SingleDeviceSharding(device) if device is not None else None
+    if description.get("type") == "named":
+        ids = description["device_ids"]
+        if not all(i in devices for i in ids):
+            return None
+        mesh_devices = np.array([devices[i] for i in ids], dtype=object)
+        mesh = Mesh(mesh_devices.reshape(description["mesh_shape"]),
+                    tuple(description["axis_names"]))
+        spec = [tuple(e) if isinstance(e, list) else e for e in description["spec"]]
+        return NamedSharding(mesh, PartitionSpec(*spec))
+    return None

@@ -1,0 +1,123 @@
+"""The blocking phase of a pytree save: classify leaves, plan shards, stage.
+
+Produces the meta.json text and the shard tuples ``_core.start_save``
+expects. Device-to-host copies of all planned shards are started before
+any is waited for, so that they overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import dtypes, shardings, tree_codec
+from .errors import InvalidArgumentError
+
+_INT64 = np.iinfo(np.int64)
+
+
+def stage_pytree(tree: Any, *, own_copies: bool) -> tuple[str, list[tuple]]:
+    """Returns (meta.json text, shards) for saving ``tree``.
+
+    With ``own_copies`` every shard's bytes are copied into buffers owned by
+    the save, so the caller may donate, delete or overwrite its arrays as
+    soon as this returns (async saves). Without it, host-resident data is
+    passed as zero-copy views (synchronous saves).
+    """
+    structure, leaves = tree_codec.flatten(tree)
+    leaf_metas, planned = [], []
+    for number, leaf in enumerate(leaves):
+        meta, sources = _plan_leaf(leaf)
+        leaf_metas.append(meta)
+        planned.extend((number, meta["dtype"], box, src) for box, src in sources)
+    for *_, src in planned:
+        if isinstance(src, jax.Array):
+            src.copy_to_host_async()
+    shards = []
+    for number, dtype_name, (origin, shape), src in planned:
+        host = _to_host(src, own_copies)
+        shards.append((number, dtype_name, list(origin), list(shape), dtypes.as_bytes(host)))
+    meta_json = json.dumps({"kind": "pytree", "tree": structure, "leaves": leaf_metas},
+                           allow_nan=False, ensure_ascii=False)
+    return meta_json, shards
+
+
+def _plan_leaf(leaf: tree_codec.Leaf) -> tuple[dict, list]:
+    """The leaf's meta.json entry and the (box, source) pairs this process writes."""
+    value, path = leaf.value, leaf.path
+    base = {"path": path, "sharding": None}
+    if value is None:
+        return {**base, "kind": "none", "dtype": None, "shape": None}, []
+    if isinstance(value, str):
+        return {**base, "kind": "string", "dtype": None, "shape": None, "value": value}, []
+    if isinstance(value, (bool, int, float)):
+        return {**base, "kind": "scalar", **_scalar_spec(path, value), "shape": []}, []
+    if isinstance(value, jax.Array):
+        return _plan_jax_array(path, value)
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        _check_dtype(path, arr.dtype)
+        meta = {**base, "kind": "array", "dtype": arr.dtype.name, "shape": list(arr.shape)}
+        # Host data is the same on every process; only the primary writes it.
+        sources = [(((0,) * arr.ndim, arr.shape), arr)] if jax.process_index() == 0 else []
+        return meta, sources
+    raise InvalidArgumentError(
+        f"leaf {path!r} has unsupported type {type(value).__module__}.{type(value).__qualname__};"
+        " supported leaves are jax.Array, numpy arrays and scalars, bool, int, float, str and"
+        " None")
+
+
+def _scalar_spec(path: str, value) -> dict:
+    if isinstance(value, bool):
+        return {"dtype": "bool", "value": value}
+    if isinstance(value, int):
+        if not _INT64.min <= value <= _INT64.max:
+            raise InvalidArgumentError(f"int leaf {path!r} = {value} does not fit in int64")
+        return {"dtype": "int64", "value": value}
+    if math.isnan(value):
+        encoded = "nan"
+    elif math.isinf(value):
+        encoded = "inf" if value > 0 else "-inf"
+    else:
+        encoded = value
+    return {"dtype": "float64", "value": encoded}
+
+
+def _plan_jax_array(path: str, arr: jax.Array) -> tuple[dict, list]:
+    if arr.is_deleted():
+        raise InvalidArgumentError(f"leaf {path!r} is a deleted (donated?) jax.Array")
+    _check_dtype(path, arr.dtype)
+    meta = {"path": path, "kind": "array", "dtype": np.dtype(arr.dtype).name,
+            "shape": list(arr.shape), "sharding": shardings.describe(arr.sharding)}
+    # replica_id 0 of each box is written exactly once over all processes.
+    sources = [(shardings.box_of_index(s.index, arr.shape), s.data)
+               for s in arr.addressable_shards if s.replica_id == 0]
+    return meta, sources
+
+
+def _check_dtype(path: str, dtype) -> None:
+    if not dtypes.is_supported(dtype):
+        raise InvalidArgumentError(f"leaf {path!r} has unsupported dtype {np.dtype(dtype)}")
+
+
+def _to_host(src, own_copies: bool) -> np.ndarray:
+    host = dtypes.little_endian(np.asarray(src))
+    if own_copies and _may_alias(src):
+        return np.array(host, order="C", copy=True)
+    return np.ascontiguousarray(host)
+
+
+def _may_alias(src) -> bool:
+    """Whether the host array of ``src`` may later change under the save.
+
+    Numpy inputs belong to the caller. On the CPU backend np.asarray of a
+    jax.Array aliases the device buffer, which donation may reuse; on
+    accelerators it is a fresh host copy that nothing else writes.
+    """
+    if not isinstance(src, jax.Array):
+        return True
+    return any(d.platform == "cpu" for d in src.devices())

@@ -1,0 +1,31 @@
+"""Test setup: 8 CPU devices, configured before anything imports jax."""
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8").strip()
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    """A checkpoint path that does not exist yet."""
+    return str(tmp_path / "ckpt")
+
+
+def make_mesh(shape, names, devices=None):
+    """A Mesh with Auto axes (jax.make_mesh defaults to Explicit ones)."""
+    devices = jax.devices() if devices is None else devices
+    return jax.sharding.Mesh(np.array(devices).reshape(shape), names)
+
+
+def assert_same_bits(actual, expected):
+    """Equal dtype, shape and bytes (NaN-safe, works for every ml_dtype)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.tobytes() == expected.tobytes()

@@ -1,0 +1,88 @@
+"""Partial loads, checkpointables loaded alone, dtype casts, tree mismatches."""
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import shardkeep as sk
+
+
+def _sds(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=jax.sharding.SingleDeviceSharding(
+        jax.devices()[0]))
+
+
+def test_partial_load(ckpt):
+    sk.save(ckpt, {"a": np.ones(3), "b": {"c": np.zeros(2), "d": 4}})
+    out = sk.load(ckpt, {"b": {"c": None}}, partial=True)
+    assert list(out) == ["b"] and list(out["b"]) == ["c"]
+    np.testing.assert_array_equal(out["b"]["c"], np.zeros(2))
+    with pytest.raises(sk.IncompatibleError, match=r"'a'.*'b/d'.*partial=True"):
+        sk.load(ckpt, {"b": {"c": None}})
+    with pytest.raises(sk.IncompatibleError, match="'nope'"):
+        sk.load(ckpt, {"nope": None}, partial=True)
+
+
+def test_shape_mismatch_names_leaf_and_shapes(ckpt):
+    sk.save(ckpt, {"w": np.ones((2, 3), np.float32)})
+    with pytest.raises(sk.IncompatibleError, match=r"'w'.*\(2, 3\).*\(3, 2\)"):
+        sk.load(ckpt, {"w": _sds((3, 2), jnp.float32)})
+
+
+def test_checkpointable_loaded_alone(ckpt):
+    params = {"w": jnp.arange(6.0), "b": np.int8(3)}
+    sk.save_checkpointables(ckpt, {"params": params, "opt_state": {"m": jnp.zeros(6)},
+                                   "dataset": b"\x00cursor\xff",
+                                   "config": sk.JsonValue({"lr": 0.5, "name": "run"})})
+    shutil.rmtree(os.path.join(ckpt, "opt_state"))
+    shutil.rmtree(os.path.join(ckpt, "dataset"))
+    out = sk.load_checkpointables(ckpt, {"params": None, "config": None})
+    np.testing.assert_array_equal(out["params"]["w"], np.arange(6.0))
+    assert out["params"]["b"] == 3 and out["config"] == {"lr": 0.5, "name": "run"}
+    with pytest.raises(sk.NotFoundError, match="'state'"):
+        sk.load(ckpt)
+
+
+def test_bytes_checkpointable(ckpt):
+    sk.save_checkpointables(ckpt, {"blob": bytearray(b"abc"), "empty": b""})
+    assert sk.load_checkpointables(ckpt) == {"blob": b"abc", "empty": b""}
+
+
+def test_lossy_cast_needs_permission(ckpt):
+    sk.save(ckpt, {"x": jnp.linspace(0, 1, 7, dtype=jnp.float32)})
+    target = {"x": _sds((7,), jnp.bfloat16)}
+    with pytest.raises(sk.ShardkeepError, match="x"):
+        sk.load(ckpt, target)
+    out = sk.load(ckpt, target, options=sk.Options(allow_lossy_cast=True))["x"]
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(out, jnp.linspace(0, 1, 7, dtype=jnp.float32).astype(
+        jnp.bfloat16))
+
+
+def test_lossless_casts(ckpt):
+    bf = jnp.asarray([1.5, -2.25, 3e38], jnp.bfloat16)
+    ints = np.asarray([-32768, 0, 32767], np.int16)
+    sk.save(ckpt, {"bf": bf, "ints": ints})
+    out = sk.load(ckpt, {"bf": _sds((3,), jnp.float32), "ints": np.zeros(3, np.int32)})
+    np.testing.assert_array_equal(out["bf"], np.asarray(bf).astype(np.float32))
+    assert out["ints"].dtype == np.int32
+    np.testing.assert_array_equal(out["ints"], ints.astype(np.int32))
+
+
+def test_non_pytree_refuses_target(ckpt):
+    sk.save_checkpointables(ckpt, {"blob": b"x"})
+    with pytest.raises(sk.InvalidArgumentError):
+        sk.load_checkpointables(ckpt, {"blob": np.zeros(1)})
+
+
+def test_bad_arguments():
+    with pytest.raises(sk.InvalidArgumentError):
+        sk.Options(compression="gzip")
+    with pytest.raises(sk.InvalidArgumentError):
+        sk.save_checkpointables("memory://bad/a", {"../x": 1})
+    with pytest.raises(sk.InvalidArgumentError):
+        sk.save_checkpointables("memory://bad/b", {"c": sk.JsonValue({"n": float("nan")})})

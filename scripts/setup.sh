@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian machine (run as root): system packages, a Python
+# virtual environment in .venv, and shardkeep built and installed into it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
+          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" \
+  numpy ml_dtypes jax pytest xxhash optax
+.venv/bin/pip install -q --no-build-isolation .
