@@ -55,7 +55,8 @@ uint16_t RoundToNarrow(UInt u) {
   constexpr UInt kMantMask = (kOne << kSrcMant) - 1;
   constexpr uint16_t kDstInf = uint16_t(kDstMaxExp << kDstMant);
 
-  const uint16_t sign = uint16_t((u >> (kSrcExp + kSrcMant)) << (kDstExp + kDstMant));
+  const uint16_t sign =
+      uint16_t((u >> (kSrcExp + kSrcMant)) << (kDstExp + kDstMant));
   const UInt abs = u & ((kOne << (kSrcExp + kSrcMant)) - 1);
   const int exp = int(abs >> kSrcMant);
   const UInt mant = abs & kMantMask;
@@ -141,7 +142,8 @@ constexpr bool kIsWideFloat =
 // float (exact); conversions to them round once from float or double.
 template <typename To, typename From>
 To Convert(From v) {
-  if constexpr (std::is_integral_v<From> || (kIsWideFloat<From> && kIsWideFloat<To>)) {
+  if constexpr (std::is_integral_v<From> ||
+                (kIsWideFloat<From> && kIsWideFloat<To>)) {
     return static_cast<To>(v);
   } else if constexpr (std::is_same_v<From, Half>) {
     return Convert<To>(HalfToFloat(v.bits));
@@ -152,8 +154,11 @@ To Convert(From v) {
     else return Half{DoubleToHalf(v)};
   } else {
     static_assert(std::is_same_v<To, BFloat16>);
-    if constexpr (std::is_same_v<From, float>) return BFloat16{FloatToBFloat16(v)};
-    else return BFloat16{DoubleToBFloat16(v)};
+    if constexpr (std::is_same_v<From, float>) {
+      return BFloat16{FloatToBFloat16(v)};
+    } else {
+      return BFloat16{DoubleToBFloat16(v)};
+    }
   }
 }
 

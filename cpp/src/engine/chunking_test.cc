@@ -63,7 +63,8 @@ void CheckTiling(const Box& box, uint64_t item_size, uint64_t max_bytes) {
     starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
     grid *= starts.size();
     for (const Box& c : chunks) {
-      const bool last = c.origin[d] + c.shape[d] == box.origin[d] + box.shape[d];
+      const bool last =
+          c.origin[d] + c.shape[d] == box.origin[d] + box.shape[d];
       if (!last) {
         EXPECT_EQ(c.shape[d], piece) << c.ToString();
       }

@@ -665,10 +665,14 @@ void CheckAgainstNaive(const Box& src_box, DType src_dtype, const Box& dst_box,
 TEST(CopyRegionTest, RandomBoxesMatchNaive) {
   std::mt19937_64 rng(2024);
   const std::vector<std::pair<DType, DType>> dtypes = {
-      {DType::kUInt8, DType::kUInt8},       {DType::kBFloat16, DType::kBFloat16},
-      {DType::kFloat32, DType::kFloat32},   {DType::kInt64, DType::kInt64},
-      {DType::kFloat32, DType::kBFloat16},  {DType::kBFloat16, DType::kFloat32},
-      {DType::kFloat16, DType::kFloat64},   {DType::kInt32, DType::kInt8},
+      {DType::kUInt8, DType::kUInt8},
+      {DType::kBFloat16, DType::kBFloat16},
+      {DType::kFloat32, DType::kFloat32},
+      {DType::kInt64, DType::kInt64},
+      {DType::kFloat32, DType::kBFloat16},
+      {DType::kBFloat16, DType::kFloat32},
+      {DType::kFloat16, DType::kFloat64},
+      {DType::kInt32, DType::kInt8},
       {DType::kUInt16, DType::kInt64}};
   for (int iter = 0; iter < 2000; ++iter) {
     const size_t rank = 1 + rng() % 4;
