@@ -80,8 +80,18 @@ nlohmann::json ParseJson(const std::string& text, const char* what) {
 // A save in flight. Holds the Python arrays it borrows until it has
 // committed, so their memory outlives the background writes.
 struct PySaveHandle {
-  std::unique_ptr<SaveHandle> handle;
+  // Declared first so it is destroyed last, after the writer has finished.
   nb::object borrowed;
+  std::unique_ptr<SaveHandle> handle;
+
+  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle)
+      : borrowed(std::move(borrowed)), handle(std::move(handle)) {}
+  // A dropped future still commits: wait for the background phase without
+  // holding the GIL, then let go of the arrays.
+  ~PySaveHandle() {
+    nb::gil_scoped_release release;
+    handle.reset();
+  }
 
   bool Wait(std::optional<double> timeout) {
     std::optional<Status> outcome;
@@ -142,7 +152,7 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
     started = StartSave(location.storage, NewSingleProcessCoordinator(),
                         std::move(request), options);
   }
-  return new PySaveHandle{ValueOrRaise(std::move(started)), std::move(borrowed)};
+  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)));
 }
 
 struct PyReader {

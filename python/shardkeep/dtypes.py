@@ -34,7 +34,10 @@ def as_bytes(arr: np.ndarray) -> np.ndarray:
 
 def is_supported(dtype) -> bool:
     """Whether arrays of ``dtype`` can be stored (numeric, bool, ml_dtypes)."""
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # JAX extended dtypes, e.g. typed PRNG keys.
+        return False
     if dtype.kind == "V":  # ml_dtypes types (bfloat16, float8, int4) are kind "V".
         return getattr(ml_dtypes, dtype.name, None) is not None
     return dtype.kind in "biufc"

@@ -77,13 +77,13 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any) -> _Plan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
-            raise IncompatibleError(
-                f"{where}: leaf {path!r} is None in the checkpoint, the target wants {_describe(target)}")
+            raise IncompatibleError(f"{where}: leaf {path!r} is None in the checkpoint, the"
+                                    f" target wants {_describe(target)}")
         return [], lambda: None
     if kind == "string":
         if target is not None and not isinstance(target, str):
-            raise IncompatibleError(
-                f"{where}: leaf {path!r} is a str in the checkpoint, the target wants {_describe(target)}")
+            raise IncompatibleError(f"{where}: leaf {path!r} is a str in the checkpoint, the"
+                                    f" target wants {_describe(target)}")
         return [], lambda: saved["value"]
     if kind == "scalar":
         return _plan_scalar(where, saved, target)

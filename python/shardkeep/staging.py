@@ -101,7 +101,9 @@ def _plan_jax_array(path: str, arr: jax.Array) -> tuple[dict, list]:
 
 def _check_dtype(path: str, dtype) -> None:
     if not dtypes.is_supported(dtype):
-        raise InvalidArgumentError(f"leaf {path!r} has unsupported dtype {np.dtype(dtype)}")
+        raise InvalidArgumentError(
+            f"leaf {path!r} has unsupported dtype {dtype} (save PRNG keys as"
+            " jax.random.key_data(key))")
 
 
 def _to_host(src, own_copies: bool) -> np.ndarray:

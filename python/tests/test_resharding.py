@@ -68,7 +68,7 @@ def test_concrete_array_target_and_jit_output(ckpt):
 
 
 def test_replicated_box_is_not_shared_between_devices(ckpt):
-    sk.save(ckpt, {"a": np.arange(8.0)})
+    sk.save(ckpt, {"a": np.arange(8, dtype=np.float32)})
     replicated = _named((8,), ("x",))
     out = sk.load(ckpt, {"a": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=replicated)})["a"]
     pointers = {s.data.unsafe_buffer_pointer() for s in out.addressable_shards}

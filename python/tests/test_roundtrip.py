@@ -182,6 +182,22 @@ def test_save_async_future(ckpt):
     np.testing.assert_array_equal(sk.load(ckpt)["a"], np.ones(4))
 
 
+def test_zstd_compression(ckpt):
+    tree = {"zeros": jnp.zeros((64, 64)), "noise": np.random.default_rng(1).normal(size=999)}
+    options = sk.Options(compression="zstd", chunk_bytes=4096)
+    sk.save(ckpt, tree, options=options)
+    out = sk.load(ckpt, options=options)
+    assert_same_bits(out["zeros"], np.asarray(tree["zeros"]))
+    assert_same_bits(out["noise"], tree["noise"])
+
+
+def test_save_error_surfaces(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"not a directory")
+    with pytest.raises(sk.ShardkeepError):
+        sk.save_async(str(blocker / "ckpt"), {"a": np.ones(2)}).result(timeout=60)
+
+
 def test_registered_kind(ckpt):
     class Cursor:
         def __init__(self, pos):
@@ -191,3 +207,15 @@ def test_registered_kind(ckpt):
                      load=lambda d: Cursor(d["pos"]))
     sk.save_checkpointables(ckpt, {"cursor": Cursor(41)})
     assert sk.load_checkpointables(ckpt, {"cursor": None})["cursor"].pos == 41
+
+
+def test_typed_prng_key_is_refused_clearly(ckpt):
+    with pytest.raises(sk.InvalidArgumentError, match="key_data"):
+        sk.save(ckpt, {"rng": jax.random.key(0)})
+
+
+def test_root_leaf(ckpt):
+    sk.save(ckpt, jnp.arange(3))
+    assert_same_bits(sk.load(ckpt), np.arange(3, dtype=np.int32))
+    out = sk.load(ckpt, jax.ShapeDtypeStruct((3,), jnp.int32))
+    assert isinstance(out, jax.Array)

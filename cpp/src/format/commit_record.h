@@ -46,7 +46,8 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
                                         const std::string& file);
 
 // True when `name` can be a checkpointable folder: 1–255 bytes of
-// [A-Za-z0-9_.-], not starting with '.'.
+// [A-Za-z0-9_.-], not starting with '.', and not "_SHARDKEEP" (the commit
+// record lives beside the folders).
 bool IsSafeCheckpointableName(std::string_view name);
 
 }  // namespace shardkeep::format
