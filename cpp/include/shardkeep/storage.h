@@ -38,7 +38,8 @@ class Storage {
   virtual StorageFeatures features() const = 0;
 
   // Reads exactly `size` bytes at `offset` into `dst`. NotFound when the
-  // file does not exist; Corruption when it ends before offset + size.
+  // file does not exist; Corruption when it ends before offset + size. A
+  // zero-size read succeeds at any offset.
   virtual Status ReadAt(const std::string& path, uint64_t offset,
                         uint64_t size, void* dst) = 0;
   // The whole file. NotFound when absent.
@@ -46,7 +47,9 @@ class Storage {
   virtual Result<uint64_t> FileSize(const std::string& path) = 0;
 
   // Replaces the file's content with `data` (creating it). When `sync`, the
-  // content is durable on return.
+  // content is durable on return. Not atomic: a crash may leave part of
+  // it, so callers that need atomicity write under a temporary name (the
+  // commit protocol writes inside the temporary checkpoint folder).
   virtual Status WriteAll(const std::string& path, std::string_view data,
                           bool sync) = 0;
   // Creates (or truncates) `path` for appending.
@@ -65,7 +68,8 @@ class Storage {
   virtual Status DeleteFile(const std::string& path) = 0;
   // Deletes `path` and everything below it; OK when it does not exist.
   virtual Status DeleteRecursive(const std::string& path) = 0;
-  // Moves a file or directory. AlreadyExists when `to` exists.
+  // Moves a file or directory. AlreadyExists when `to` exists; NotFound
+  // when `from` does not.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // Makes the entries of directory `dir` (creations, renames) durable.
   virtual Status SyncDir(const std::string& dir) = 0;

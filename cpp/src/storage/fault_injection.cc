@@ -45,10 +45,12 @@ namespace {
 
 class FaultInjectionWritableFile final : public WritableFile {
  public:
+  using State = FaultInjectionStorage::State;
+
   FaultInjectionWritableFile(std::unique_ptr<WritableFile> base,
-                             std::shared_ptr<FaultInjectionStorage::State> state,
-                             std::string path)
-      : base_(std::move(base)), state_(std::move(state)),
+                             std::shared_ptr<State> state, std::string path)
+      : base_(std::move(base)),
+        state_(std::move(state)),
         path_(std::move(path)) {}
 
   Status Append(const void* data, size_t size) override {
@@ -66,7 +68,7 @@ class FaultInjectionWritableFile final : public WritableFile {
 
  private:
   const std::unique_ptr<WritableFile> base_;
-  const std::shared_ptr<FaultInjectionStorage::State> state_;
+  const std::shared_ptr<State> state_;
   const std::string path_;
 };
 

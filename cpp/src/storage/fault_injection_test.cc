@@ -1,5 +1,10 @@
 #include "storage/fault_injection.h"
 
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "testing/status_matchers.h"
@@ -81,9 +86,10 @@ TEST_F(FaultInjectionTest, EveryOperationCanBeFailed) {
   }
   SK_ASSERT_OK_AND_ASSIGN(std::string content, base_->ReadAll("d/f"));
   EXPECT_EQ(content, "x");
-  for (const char* op : {"ReadAt", "ReadAll", "FileSize", "WriteAll",
-                         "OpenForAppend", "Exists", "List", "CreateDir",
-                         "DeleteFile", "DeleteRecursive", "Rename", "SyncDir"}) {
+  for (const char* op :
+       {"ReadAt", "ReadAll", "FileSize", "WriteAll", "OpenForAppend", "Exists",
+        "List", "CreateDir", "DeleteFile", "DeleteRecursive", "Rename",
+        "SyncDir"}) {
     EXPECT_EQ(storage_.Count(op), 1) << op;
   }
 }

@@ -198,7 +198,8 @@ Status RemoveTree(int parent_fd, const std::string& name,
   SK_ASSIGN_OR_RETURN(std::vector<std::string> children,
                       ReadDirNames(dir.get(), path));
   for (const std::string& child : children) {
-    SK_RETURN_IF_ERROR(RemoveTree(::dirfd(dir.get()), child, path + "/" + child));
+    SK_RETURN_IF_ERROR(
+        RemoveTree(::dirfd(dir.get()), child, path + "/" + child));
   }
   dir.reset();
   if (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0 &&
@@ -262,7 +263,9 @@ class FileStorage final : public Storage {
 
   Result<uint64_t> FileSize(const std::string& path) override {
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);
+    if (::stat(path.c_str(), &st) != 0) {
+      return PosixError("stat " + path, errno);
+    }
     return static_cast<uint64_t>(st.st_size);
   }
 
@@ -334,7 +337,8 @@ class FileStorage final : public Storage {
   }
 
   Status SyncDir(const std::string& dir) override {
-    SK_ASSIGN_OR_RETURN(const int raw_fd, OpenFile(dir, O_RDONLY | O_DIRECTORY));
+    SK_ASSIGN_OR_RETURN(const int raw_fd,
+                        OpenFile(dir, O_RDONLY | O_DIRECTORY));
     ScopedFd fd(raw_fd);
     SK_RETURN_IF_ERROR(SyncFd(fd.get(), dir));
     return fd.Close(dir);

@@ -31,13 +31,40 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
+// Storage for a file's bytes, shared by the file and the readers copying
+// out of it.
+struct Buffer {
+  explicit Buffer(size_t capacity)
+      : bytes(std::make_unique_for_overwrite<char[]>(capacity)),
+        capacity(capacity) {}
+  const std::unique_ptr<char[]> bytes;
+  const size_t capacity;
+};
+
+// A file: the first `size` bytes of `buffer`. A reader takes a copy of this
+// under Store::mu and reads the bytes after releasing it. Bytes below `size`
+// never change, and an append either writes past `size` or moves to a new
+// buffer (doubling), so readers copy without the lock and appending n bytes
+// costs amortized O(n).
+struct File {
+  std::shared_ptr<Buffer> buffer;
+  size_t size = 0;
+
+  const char* data() const { return buffer->bytes.get(); }
+};
+
+File MakeFile(std::string_view content) {
+  File file{std::make_shared<Buffer>(content.size()), content.size()};
+  if (!content.empty()) {
+    std::memcpy(file.buffer->bytes.get(), content.data(), content.size());
+  }
+  return file;
+}
+
 // The state behind a MemoryStorage, shared with its open WritableFiles.
 struct Store {
   std::mutex mu;
-  // File contents. A reader copies the pointer under `mu` and the bytes
-  // after releasing it, so a string is only changed in place while its
-  // pointer is held by nobody else (see MemoryWritableFile::Append).
-  std::map<std::string, std::shared_ptr<std::string>> files;
+  std::map<std::string, File> files;
   std::set<std::string> dirs;
 
   // REQUIRES: mu held.
@@ -50,12 +77,6 @@ struct Store {
   // REQUIRES: mu held.
   bool IsDir(const std::string& path) const {
     return path.empty() || dirs.count(path) > 0;
-  }
-  // REQUIRES: mu held.
-  std::shared_ptr<const std::string> Find(const std::string& path) const {
-    const auto it = files.find(path);
-    if (it == files.end()) return nullptr;
-    return it->second;
   }
 };
 
@@ -92,13 +113,18 @@ class MemoryWritableFile final : public WritableFile {
       return StorageError("append " + path_ +
                           ": file was deleted or renamed while open");
     }
-    // Copy on write: a reader may be copying out of the current string.
-    // Holding `mu`, nobody can take a new reference, so a use count of one
-    // means the map's pointer is the only one and appending in place is safe.
-    if (it->second.use_count() > 1) {
-      it->second = std::make_shared<std::string>(*it->second);
+    File& file = it->second;
+    if (file.size + size > file.buffer->capacity) {
+      // Readers may still hold the old buffer; they keep it alive.
+      auto grown = std::make_shared<Buffer>(
+          std::max(file.size + size, 2 * file.buffer->capacity));
+      if (file.size > 0) {
+        std::memcpy(grown->bytes.get(), file.data(), file.size);
+      }
+      file.buffer = std::move(grown);
     }
-    it->second->append(static_cast<const char*>(data), size);
+    if (size > 0) std::memcpy(file.buffer->bytes.get() + file.size, data, size);
+    file.size += size;
     return Status::Ok();
   }
   Status Sync() override { return Status::Ok(); }
@@ -117,42 +143,40 @@ class MemoryStorage final : public Storage {
 
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
                 void* dst) override {
-    SK_ASSIGN_OR_RETURN(const std::shared_ptr<const std::string> content,
-                        Get(path));
-    if (offset > content->size() || size > content->size() - offset) {
+    SK_ASSIGN_OR_RETURN(const File file, Get(path));
+    // Like pread, an empty read succeeds at any offset.
+    if (size > 0 && (offset > file.size || size > file.size - offset)) {
       return CorruptionError("read " + path + ": wanted " +
                              std::to_string(size) + " bytes at offset " +
                              std::to_string(offset) + " but the file ends at " +
-                             std::to_string(content->size()));
+                             std::to_string(file.size));
     }
-    std::memcpy(dst, content->data() + offset, size);
+    if (size > 0) std::memcpy(dst, file.data() + offset, size);
     return Status::Ok();
   }
 
   Result<std::string> ReadAll(const std::string& path) override {
-    SK_ASSIGN_OR_RETURN(const std::shared_ptr<const std::string> content,
-                        Get(path));
-    return *content;
+    SK_ASSIGN_OR_RETURN(const File file, Get(path));
+    return std::string(file.data(), file.size);
   }
 
   Result<uint64_t> FileSize(const std::string& path) override {
-    SK_ASSIGN_OR_RETURN(const std::shared_ptr<const std::string> content,
-                        Get(path));
-    return static_cast<uint64_t>(content->size());
+    SK_ASSIGN_OR_RETURN(const File file, Get(path));
+    return static_cast<uint64_t>(file.size);
   }
 
   Status WriteAll(const std::string& path, std::string_view data,
                   bool /*sync*/) override {
-    auto content = std::make_shared<std::string>(data);
+    File file = MakeFile(data);  // Copied before locking.
     std::lock_guard<std::mutex> lock(store_->mu);
-    return Put(Normalize(path), std::move(content));
+    return Put(Normalize(path), std::move(file));
   }
 
   Result<std::unique_ptr<WritableFile>> OpenForAppend(
       const std::string& path) override {
     const std::string key = Normalize(path);
     std::lock_guard<std::mutex> lock(store_->mu);
-    SK_RETURN_IF_ERROR(Put(key, std::make_shared<std::string>()));
+    SK_RETURN_IF_ERROR(Put(key, MakeFile("")));
     return std::unique_ptr<WritableFile>(
         std::make_unique<MemoryWritableFile>(store_, key));
   }
@@ -243,23 +267,24 @@ class MemoryStorage final : public Storage {
   Status SyncDir(const std::string& /*dir*/) override { return Status::Ok(); }
 
  private:
-  Result<std::shared_ptr<const std::string>> Get(const std::string& path) {
+  // A snapshot of the file at `path`.
+  Result<File> Get(const std::string& path) {
     const std::string key = Normalize(path);
     std::lock_guard<std::mutex> lock(store_->mu);
-    std::shared_ptr<const std::string> content = store_->Find(key);
-    if (content == nullptr) {
+    const auto it = store_->files.find(key);
+    if (it == store_->files.end()) {
       return NotFoundError("open " + key + ": No such file");
     }
-    return content;
+    return it->second;
   }
 
   // REQUIRES: store_->mu held.
-  Status Put(const std::string& key, std::shared_ptr<std::string> content) {
+  Status Put(const std::string& key, File file) {
     if (store_->IsDir(key)) {
       return StorageError("open " + key + ": Is a directory");
     }
     store_->AddParents(key);
-    store_->files[key] = std::move(content);
+    store_->files[key] = std::move(file);
     return Status::Ok();
   }
 

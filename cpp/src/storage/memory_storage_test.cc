@@ -1,3 +1,8 @@
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "shardkeep/storage.h"
@@ -50,6 +55,31 @@ TEST(MemoryStorageTest, AppendedBytesAreVisibleBeforeClose) {
   SK_ASSERT_OK_AND_ASSIGN(content, storage->ReadAll("f"));
   EXPECT_EQ(content, "abcdef");
   SK_ASSERT_OK(file->Close());
+}
+
+TEST(MemoryStorageTest, ReadsWhileAppending) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage->OpenForAppend("f"));
+  SK_ASSERT_OK(file->Append("0123456789", 10));
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::thread reader([&] {
+    char got[10];
+    while (!done) {
+      if (!storage->ReadAt("f", 0, 10, got).ok() ||
+          std::string(got, 10) != "0123456789") {
+        ++failures;
+      }
+    }
+  });
+  for (int i = 0; i < 2000; ++i) SK_ASSERT_OK(file->Append("abcdefghij", 10));
+  done = true;
+  reader.join();
+  SK_ASSERT_OK(file->Close());
+  EXPECT_EQ(failures.load(), 0);
+  SK_ASSERT_OK_AND_ASSIGN(uint64_t size, storage->FileSize("f"));
+  EXPECT_EQ(size, 20010u);
 }
 
 TEST(MemoryStorageTest, AppendAfterDeleteFails) {

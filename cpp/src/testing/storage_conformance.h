@@ -1,13 +1,16 @@
 // The behaviour every Storage backend must show, as one value-parameterized
 // gtest suite. A backend's test file instantiates it once:
 //
-//   SK_INSTANTIATE_STORAGE_CONFORMANCE(File, (StorageTestBackend{
-//       "file", [] { return StorageLocation{NewFileStorage(), MakeTempDir()}; }}));
+//   SK_INSTANTIATE_STORAGE_CONFORMANCE(
+//       File, (StorageTestBackend{"file", [] {
+//         return StorageLocation{NewFileStorage(), MakeTempDir()};
+//       }}));
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -24,6 +27,8 @@ struct StorageTestBackend {
   // The suite deletes the directory (DeleteRecursive) after the test.
   std::function<StorageLocation()> make;
 };
+// Lets gtest name the backend in failure messages.
+void PrintTo(const StorageTestBackend& backend, std::ostream* os);
 
 class StorageConformanceTest
     : public ::testing::TestWithParam<StorageTestBackend> {
