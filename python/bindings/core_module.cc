@@ -77,6 +77,76 @@ nlohmann::json ParseJson(const std::string& text, const char* what) {
   return value;
 }
 
+// A Python callable that may be called, and dropped, from C++ threads: the
+// GIL is taken for both.
+class PyFunction {
+ public:
+  explicit PyFunction(nb::object fn) : fn_(std::move(fn)) {}
+  ~PyFunction() {
+    nb::gil_scoped_acquire acquire;
+    fn_.reset();
+  }
+  // Calls the function; a Python exception becomes a Status (a timeout
+  // stays a timeout, anything else names the coordination service).
+  template <typename... Args>
+  Result<nb::object> Call(const Args&... args) const {
+    nb::gil_scoped_acquire acquire;
+    try {
+      return fn_(args...);
+    } catch (nb::python_error& error) {
+      const bool timeout = error.matches(PyExc_TimeoutError);
+      std::string message = error.what();
+      error.restore();
+      PyErr_Clear();
+      if (timeout) return TimeoutError(message);
+      return InternalError("coordination service call failed: " + message);
+    }
+  }
+
+ private:
+  nb::object fn_;
+};
+
+struct PyCoordinator {
+  std::shared_ptr<Coordinator> coordinator;
+};
+
+// Wraps four Python functions (see shardkeep/distributed.py) as a C++
+// Coordinator: barrier(key, timeout_s), set(key, value), get(key,
+// timeout_s) -> str, try_get(key) -> str | None.
+PyCoordinator* MakeCallbackCoordinator(int process_index, int process_count,
+                                       nb::object barrier, nb::object set,
+                                       nb::object get, nb::object try_get) {
+  auto barrier_fn = std::make_shared<PyFunction>(std::move(barrier));
+  auto set_fn = std::make_shared<PyFunction>(std::move(set));
+  auto get_fn = std::make_shared<PyFunction>(std::move(get));
+  auto try_get_fn = std::make_shared<PyFunction>(std::move(try_get));
+  CoordinatorFunctions functions;
+  functions.barrier = [barrier_fn](const std::string& key, double timeout_s) {
+    return barrier_fn->Call(key, timeout_s).status();
+  };
+  functions.set = [set_fn](const std::string& key, const std::string& value) {
+    return set_fn->Call(key, value).status();
+  };
+  functions.get = [get_fn](const std::string& key,
+                           double timeout_s) -> Result<std::string> {
+    SK_ASSIGN_OR_RETURN(nb::object value, get_fn->Call(key, timeout_s));
+    nb::gil_scoped_acquire acquire;
+    nb::object owned = std::move(value);
+    return nb::cast<std::string>(owned);
+  };
+  functions.try_get = [try_get_fn](const std::string& key)
+      -> Result<std::optional<std::string>> {
+    SK_ASSIGN_OR_RETURN(nb::object value, try_get_fn->Call(key));
+    nb::gil_scoped_acquire acquire;
+    nb::object owned = std::move(value);
+    if (owned.is_none()) return std::optional<std::string>();
+    return std::optional<std::string>(nb::cast<std::string>(owned));
+  };
+  return new PyCoordinator{
+      NewCallbackCoordinator(process_index, process_count, std::move(functions))};
+}
+
 // A save in flight. Holds the Python arrays it borrows until it has
 // committed, so their memory outlives the background writes.
 struct PySaveHandle {
@@ -134,7 +204,7 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
                           std::optional<int64_t> step,
                           const std::string& custom_metadata_json,
                           const std::string& metrics_json, bool force,
-                          const Options& options) {
+                          const Options& options, const PyCoordinator* coordinator) {
   StorageLocation location = Locate(url);
   SaveRequest request;
   request.path = location.path;
@@ -149,7 +219,9 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   Result<std::unique_ptr<SaveHandle>> started = InternalError("not started");
   {
     nb::gil_scoped_release release;
-    started = StartSave(location.storage, NewSingleProcessCoordinator(),
+    started = StartSave(location.storage,
+                        coordinator ? coordinator->coordinator
+                                    : NewSingleProcessCoordinator(),
                         std::move(request), options);
   }
   return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)));
@@ -257,7 +329,17 @@ NB_MODULE(_core, m) {
   m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),
         "step"_a = nb::none(), "custom_metadata_json"_a = "{}",
         "metrics_json"_a = "{}", "force"_a = false, "options"_a = Options(),
+        "coordinator"_a = nb::none(),
         "Runs a save's blocking phase and starts its background phase.");
+
+  nb::class_<PyCoordinator>(m, "Coordinator")
+      .def_prop_ro("process_index",
+                   [](PyCoordinator& self) { return self.coordinator->process_index(); })
+      .def_prop_ro("process_count",
+                   [](PyCoordinator& self) { return self.coordinator->process_count(); });
+  m.def("callback_coordinator", &MakeCallbackCoordinator, "process_index"_a,
+        "process_count"_a, "barrier"_a, "set"_a, "get"_a, "try_get"_a,
+        "A Coordinator whose operations are the given Python functions.");
 
   nb::class_<PyReader>(m, "Reader")
       .def(nb::new_(&PyReader::Open), "path"_a)

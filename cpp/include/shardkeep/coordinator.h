@@ -4,7 +4,9 @@
 // service, and C++ tests a simulated group of threads.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "shardkeep/status.h"
@@ -27,8 +29,23 @@ class Coordinator {
   // Waits until `key` is set, at most `timeout_s` seconds.
   virtual Result<std::string> KeyValueGet(const std::string& key,
                                           double timeout_s) = 0;
+  // The value of `key` if it is set now, nullopt otherwise; never waits.
+  virtual Result<std::optional<std::string>> KeyValueTryGet(
+      const std::string& key) = 0;
 };
 
 std::shared_ptr<Coordinator> NewSingleProcessCoordinator();
+
+// A coordinator whose operations are supplied as functions, e.g. bridged to
+// JAX's coordination service by the Python front. The functions may be
+// called from any thread, one call at a time per function is not assumed.
+struct CoordinatorFunctions {
+  std::function<Status(const std::string& key, double timeout_s)> barrier;
+  std::function<Status(const std::string& key, const std::string& value)> set;
+  std::function<Result<std::string>(const std::string& key, double timeout_s)> get;
+  std::function<Result<std::optional<std::string>>(const std::string& key)> try_get;
+};
+std::shared_ptr<Coordinator> NewCallbackCoordinator(
+    int process_index, int process_count, CoordinatorFunctions functions);
 
 }  // namespace shardkeep

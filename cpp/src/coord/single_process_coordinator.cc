@@ -25,6 +25,12 @@ class SingleProcessCoordinator final : public Coordinator {
     if (it == values_.end()) return TimeoutError("key '" + key + "' was never set");
     return it->second;
   }
+  Result<std::optional<std::string>> KeyValueTryGet(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(key);
+    if (it == values_.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  }
 
  private:
   std::mutex mu_;

@@ -17,6 +17,12 @@
 //      to <path>.shardkeep-old and deleted after the rename.
 //   6. Barrier "committed"; the future resolves.
 //
+// Each barrier is an agreement (Agree): a process that failed its part of a
+// phase records the failure in the coordinator's key-value store and still
+// arrives, so every process leaves the barrier knowing the phase failed and
+// returns an error; one that never arrives makes the barrier time out
+// (Options::timeout_s) everywhere. Either way nothing is committed.
+//
 // A crash before the rename in step 5 leaves only the temporary folder,
 // which no reader accepts (it has no _SHARDKEEP at <path>) and the next save
 // removes.
@@ -134,28 +140,47 @@ class SaveOperation {
 
   // Steps 1–2.
   Status Prepare() {
-    SK_RETURN_IF_ERROR(ValidateRequest(request_));
-    if (coordinator_->is_primary()) {
-      SK_RETURN_IF_ERROR(PrepareTemporaryDir());
-    }
-    return Barrier("prepared");
+    Status local = ValidateRequest(request_);
+    if (local.ok() && coordinator_->is_primary()) local = PrepareTemporaryDir();
+    return Agree("prepared", local);
   }
 
   // Steps 3–6.
   Status Run() {
-    std::vector<std::vector<std::string>> index_files(request_.parts.size());
-    for (size_t i = 0; i < request_.parts.size(); ++i) {
-      SK_RETURN_IF_ERROR(WritePart(request_.parts[i], index_files[i]));
+    Status local;
+    for (const CheckpointablePayload& part : request_.parts) {
+      local = WritePart(part);
+      if (!local.ok()) break;
     }
-    SK_RETURN_IF_ERROR(Barrier("written"));
-    if (coordinator_->is_primary()) SK_RETURN_IF_ERROR(Commit());
-    return Barrier("committed");
+    SK_RETURN_IF_ERROR(Agree("written", local));
+    return Agree("committed", coordinator_->is_primary() ? Commit() : Status::Ok());
   }
 
  private:
-  Status Barrier(const std::string& name) {
-    return coordinator_->Barrier(id_ + "/" + name, options_.timeout_s)
-        .WithContext("save of " + request_.path);
+  // Every process reports the outcome of a phase, then meets the others at
+  // the phase's barrier: a failure anywhere fails the phase everywhere, so
+  // no process waits for a peer that has given up and nothing is committed
+  // after a failed write. A process that never arrives (dead or stalled)
+  // makes the barrier time out on the others.
+  Status Agree(const std::string& phase, const Status& local) {
+    const std::string key = id_ + "/" + phase;
+    const std::string failed_key = key + "/failed";
+    const std::string self = "process " + std::to_string(coordinator_->process_index());
+    if (!local.ok()) {
+      // Best effort: if a peer has already recorded its failure, this
+      // process's own error is still returned to it below.
+      (void)coordinator_->KeyValueSet(failed_key, self + ": " + local.ToString());
+    }
+    Status barrier = coordinator_->Barrier(key, options_.timeout_s);
+    if (!local.ok()) return local;
+    if (!barrier.ok()) return barrier.WithContext("save of " + request_.path);
+    SK_ASSIGN_OR_RETURN(std::optional<std::string> failure,
+                        coordinator_->KeyValueTryGet(failed_key));
+    if (failure) {
+      return CancelledError("save of " + request_.path + " abandoned in phase '" +
+                            phase + "' because " + *failure);
+    }
+    return Status::Ok();
   }
 
   Status PrepareTemporaryDir() {
@@ -185,16 +210,12 @@ class SaveOperation {
     return Status::Ok();
   }
 
-  Status WritePart(const CheckpointablePayload& part,
-                   std::vector<std::string>& index_files) {
+  Status WritePart(const CheckpointablePayload& part) {
     const std::string dir = tmp_ + "/" + part.name;
     if (part.kind == "pytree") {
-      SK_ASSIGN_OR_RETURN(std::string index,
-                          internal::WriteShards(*storage_, dir,
-                                                coordinator_->process_index(),
-                                                part.shards, options_));
-      index_files.push_back(std::move(index));
-      return Status::Ok();
+      return internal::WriteShards(*storage_, dir, coordinator_->process_index(),
+                                   part.shards, options_)
+          .status();
     }
     if (!coordinator_->is_primary()) return Status::Ok();
     return storage_->WriteAll(dir + "/" + ValueFileName(part.kind), part.value, true);
