@@ -19,7 +19,7 @@ _TESTS_DIR = os.path.dirname(__file__)
 
 def test_flipped_byte_is_corruption_naming_leaf_and_file(ckpt):
     sk.save(ckpt, {"layer": {"kernel": np.arange(4096, dtype=np.float32)}},
-            options=sk.Options(chunk_bytes=4096))
+            options=sk.Options(chunk_bytes=4096, io_threads=1))  # one data file
     (data_file,) = glob.glob(os.path.join(ckpt, "state", "data", "*.bin"))
     with open(data_file, "r+b") as f:
         f.seek(5000)
