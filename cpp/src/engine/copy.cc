@@ -69,4 +69,22 @@ void CopyRegion(const uint8_t* src, const Box& src_box, DType src_dtype,
   }
 }
 
+uint64_t RowMajorOffset(const Box& inner, const Box& outer) {
+  uint64_t offset = 0;
+  for (size_t d = 0; d < outer.rank(); ++d) {
+    offset = offset * outer.shape[d] + (inner.origin[d] - outer.origin[d]);
+  }
+  return offset;
+}
+
+bool IsContiguousIn(const Box& inner, const Box& outer) {
+  size_t d = 0;
+  while (d < inner.rank() && inner.shape[d] == 1) ++d;  // leading unit dims
+  if (d < inner.rank()) ++d;                            // the partial one
+  for (; d < inner.rank(); ++d) {
+    if (inner.shape[d] != outer.shape[d]) return false;
+  }
+  return true;
+}
+
 }  // namespace shardkeep::internal

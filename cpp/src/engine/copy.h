@@ -29,6 +29,15 @@ void CastElements(const uint8_t* src, DType from, uint8_t* dst, DType to,
 // copied with memcpy / CastElements.
 // REQUIRES: region lies in both boxes; all three have equal rank; the cast
 // passed CheckCast.
+// Position (in elements) of `inner`'s first element in the row-major
+// buffer of `outer`. REQUIRES: Contains(outer, inner).
+uint64_t RowMajorOffset(const Box& inner, const Box& outer);
+
+// True when `inner` occupies one contiguous range of `outer`'s row-major
+// buffer: every dimension after the first one of extent > 1 is full.
+// REQUIRES: Contains(outer, inner).
+bool IsContiguousIn(const Box& inner, const Box& outer);
+
 void CopyRegion(const uint8_t* src, const Box& src_box, DType src_dtype,
                 uint8_t* dst, const Box& dst_box, DType dst_dtype,
                 const Box& region);

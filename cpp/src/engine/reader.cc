@@ -55,24 +55,6 @@ struct RangeRead {
   std::vector<ChunkRead*> chunks;
 };
 
-uint64_t RowMajorOffset(const Box& inner, const Box& outer) {
-  uint64_t offset = 0;
-  for (size_t d = 0; d < outer.rank(); ++d) {
-    offset = offset * outer.shape[d] + (inner.origin[d] - outer.origin[d]);
-  }
-  return offset;
-}
-
-bool IsContiguousIn(const Box& inner, const Box& outer) {
-  size_t d = 0;
-  while (d < inner.rank() && inner.shape[d] == 1) ++d;
-  if (d < inner.rank()) ++d;
-  for (; d < inner.rank(); ++d) {
-    if (inner.shape[d] != outer.shape[d]) return false;
-  }
-  return true;
-}
-
 int ProcessOfIndexFile(const std::string& name) {
   // DecodeCommitRecord guarantees the "index/p<N>.idx" form.
   return std::stoi(name.substr(7, name.size() - 11));
@@ -227,9 +209,9 @@ class Reader final : public CheckpointReader {
       const bool whole_chunk = *region == chunk.record.box;
       if (whole_chunk && stored == request.dtype && read.placements.empty() &&
           chunk.record.codec == format::Codec::kRaw &&
-          IsContiguousIn(*region, request.box)) {
+          internal::IsContiguousIn(*region, request.box)) {
         read.direct = request.dst +
-                      RowMajorOffset(*region, request.box) * DTypeSize(stored);
+                      internal::RowMajorOffset(*region, request.box) * DTypeSize(stored);
       } else {
         read.direct = nullptr;  // a second placement: read once, copy twice
       }

@@ -21,26 +21,6 @@ struct ChunkTask {
   Box box;
 };
 
-// True when `chunk` occupies one contiguous byte range of `shard`'s
-// row-major buffer: all dimensions after the first partial one are full.
-bool IsContiguousIn(const Box& chunk, const Box& shard) {
-  size_t d = 0;
-  while (d < chunk.rank() && chunk.shape[d] == 1) ++d;  // leading unit dims
-  if (d < chunk.rank()) ++d;                            // the partial one
-  for (; d < chunk.rank(); ++d) {
-    if (chunk.shape[d] != shard.shape[d]) return false;
-  }
-  return true;
-}
-
-uint64_t RowMajorOffset(const Box& inner, const Box& outer) {
-  uint64_t offset = 0;
-  for (size_t d = 0; d < outer.rank(); ++d) {
-    offset = offset * outer.shape[d] + (inner.origin[d] - outer.origin[d]);
-  }
-  return offset;
-}
-
 // One writer thread's state: its current data file and scratch buffers.
 class ThreadWriter {
  public:

@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "format/json_parse.h"
 #include "shardkeep/dtype.h"
 
 namespace shardkeep::format {
@@ -10,9 +11,6 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 constexpr size_t kMaxRank = 64;
-// Deeper JSON is refused before anything walks it recursively (dump() and
-// the Python front's tree rebuild recurse; parsing does not).
-constexpr int kMaxJsonDepth = 512;
 
 constexpr std::pair<LeafKind, std::string_view> kLeafKinds[] = {
     {LeafKind::kArray, "array"},
@@ -70,19 +68,7 @@ Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
   auto corrupt = [&file](const std::string& what) {
     return CorruptionError(file + ": " + what);
   };
-  bool too_deep = false;
-  nlohmann::json j = nlohmann::json::parse(
-      bytes.begin(), bytes.end(),
-      [&too_deep](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        if (depth > kMaxJsonDepth) too_deep = true;
-        return !too_deep;  // discard everything once too deep
-      },
-      /*allow_exceptions=*/false);
-  if (too_deep) {
-    return corrupt("JSON nested deeper than " + std::to_string(kMaxJsonDepth));
-  }
-  if (j.is_discarded()) return corrupt("expected a JSON document");
-  if (!j.is_object()) return corrupt("expected a JSON object");
+  SK_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonObject<nlohmann::json>(bytes, file));
   auto kind = j.find("kind");
   if (kind == j.end() || !kind->is_string()) {
     return corrupt("expected \"kind\" to be a string");

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/status_matchers.h"
+#include "testing/test_files.h"
 
 namespace shardkeep::format {
 namespace {
@@ -15,11 +16,7 @@ using json = nlohmann::json;
 const std::string kFile = "ckpt/state/meta.json";
 
 std::string ReadTestFile(const std::string& name) {
-  std::ifstream in(std::string(SHARDKEEP_TESTDATA_DIR) + "/format/" + name,
-                   std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return testdata::Read("format/" + name);
 }
 
 json Leaf(int i) { return {{"type", "leaf"}, {"leaf", i}}; }

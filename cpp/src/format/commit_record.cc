@@ -4,14 +4,13 @@
 #include <climits>
 #include <set>
 
+#include "format/json_parse.h"
+
 namespace shardkeep::format {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
 
-// Deeper JSON is refused before anything walks it recursively (the
-// conversion to nlohmann::json and dump() recurse; parsing does not).
-constexpr int kMaxJsonDepth = 512;
 
 // Parses "index/p<N>.idx" with N a decimal without leading zeros that fits
 // an int; returns N, or -1 when `path` has any other form.
@@ -97,19 +96,7 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
   auto corrupt = [&file](const std::string& what) {
     return CorruptionError(file + ": " + what);
   };
-  bool too_deep = false;
-  const ordered_json j = ordered_json::parse(
-      bytes.begin(), bytes.end(),
-      [&too_deep](int depth, ordered_json::parse_event_t, ordered_json&) {
-        if (depth > kMaxJsonDepth) too_deep = true;
-        return !too_deep;  // discard everything once too deep
-      },
-      /*allow_exceptions=*/false);
-  if (too_deep) {
-    return corrupt("JSON nested deeper than " + std::to_string(kMaxJsonDepth));
-  }
-  if (j.is_discarded()) return corrupt("expected a JSON commit record");
-  if (!j.is_object()) return corrupt("expected a JSON object");
+  SK_ASSIGN_OR_RETURN(const ordered_json j, ParseJsonObject<ordered_json>(bytes, file));
   auto format = j.find("format");
   if (format == j.end() || !format->is_string() || *format != "shardkeep") {
     return corrupt("expected \"format\": \"shardkeep\"");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/status_matchers.h"
+#include "testing/test_files.h"
 
 namespace shardkeep::format {
 namespace {
@@ -13,11 +14,7 @@ namespace {
 const std::string kFile = "ckpts/000001200/_SHARDKEEP";
 
 std::string ReadTestFile(const std::string& name) {
-  std::ifstream in(std::string(SHARDKEEP_TESTDATA_DIR) + "/format/" + name,
-                   std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return testdata::Read("format/" + name);
 }
 
 // The record in cpp/testdata/format/golden_SHARDKEEP. That file was
@@ -156,9 +153,9 @@ TEST(CommitRecord, InvalidUtf8InMetadataDoesNotThrow) {
 }
 
 TEST(CommitRecordErrors, NotJsonOrNotObject) {
-  ExpectError("", StatusCode::kCorruption, "expected a JSON commit record");
-  ExpectError("{\"format\": ", StatusCode::kCorruption, "JSON commit record");
-  ExpectError("\xff\xfe", StatusCode::kCorruption, "JSON commit record");
+  ExpectError("", StatusCode::kCorruption, "expected a JSON document");
+  ExpectError("{\"format\": ", StatusCode::kCorruption, "expected a JSON document");
+  ExpectError("\xff\xfe", StatusCode::kCorruption, "expected a JSON document");
   ExpectError("[1, 2]", StatusCode::kCorruption, "expected a JSON object");
   ExpectError("\"shardkeep\"", StatusCode::kCorruption, "JSON object");
 }

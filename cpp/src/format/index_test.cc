@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/status_matchers.h"
+#include "testing/test_files.h"
 
 namespace shardkeep::format {
 namespace {
@@ -18,11 +19,7 @@ constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 const std::string kFile = "ckpt/state/index/p0.idx";
 
 std::string ReadTestFile(const std::string& name) {
-  std::ifstream in(std::string(SHARDKEEP_TESTDATA_DIR) + "/format/" + name,
-                   std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return testdata::Read("format/" + name);
 }
 
 // Hex digits to bytes; whitespace is ignored.
