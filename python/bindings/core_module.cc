@@ -95,9 +95,8 @@ class PyFunction {
       return fn_(args...);
     } catch (nb::python_error& error) {
       const bool timeout = error.matches(PyExc_TimeoutError);
-      std::string message = error.what();
-      error.restore();
-      PyErr_Clear();
+      // str() of the exception: what() would add the traceback.
+      std::string message = nb::str(error.value()).c_str();
       if (timeout) return TimeoutError(message);
       return InternalError("coordination service call failed: " + message);
     }
@@ -204,12 +203,14 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
                           std::optional<int64_t> step,
                           const std::string& custom_metadata_json,
                           const std::string& metrics_json, bool force,
-                          const Options& options, const PyCoordinator* coordinator) {
+                          const Options& options, const PyCoordinator* coordinator,
+                          const std::string& operation_id) {
   StorageLocation location = Locate(url);
   SaveRequest request;
   request.path = location.path;
   request.step = step;
   request.force = force;
+  request.operation_id = operation_id;
   request.custom_metadata = ParseJson(custom_metadata_json, "custom_metadata");
   request.metrics = ParseJson(metrics_json, "metrics");
   nb::list borrowed;
@@ -329,7 +330,7 @@ NB_MODULE(_core, m) {
   m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),
         "step"_a = nb::none(), "custom_metadata_json"_a = "{}",
         "metrics_json"_a = "{}", "force"_a = false, "options"_a = Options(),
-        "coordinator"_a = nb::none(),
+        "coordinator"_a = nb::none(), "operation_id"_a = "",
         "Runs a save's blocking phase and starts its background phase.");
 
   nb::class_<PyCoordinator>(m, "Coordinator")

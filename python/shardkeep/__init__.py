@@ -11,11 +11,13 @@ from .errors import (AlreadyExistsError, CorruptionError, IncompatibleError,
                      TimeoutError)
 from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .load import load, load_checkpointables
+from .manager import CheckpointManager
 from .options import Options
 from .save import (SaveFuture, save, save_async, save_checkpointables,
                    save_checkpointables_async)
 
 __all__ = [
+    "CheckpointManager",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError", "load",

@@ -20,8 +20,10 @@ class Options:
       host_memory_limit: cap on in-flight host bytes in the C++ engine;
         0 means no cap.
       timeout_s: limit on every wait (barriers, save completion in C++).
-      replica_parallel: split replicated shards among their replicas when
-        several processes hold them (multi-process saves).
+      replica_parallel: split each replicated box among the devices that
+        hold it (near-equal slices along its largest dimension), so that in
+        a multi-process job every process writes a share; False: the
+        replica with replica_id 0 writes each box whole.
       allow_lossy_cast: permit loading into a dtype that cannot hold every
         stored value (e.g. float32 -> bfloat16, int32 -> int16).
     """

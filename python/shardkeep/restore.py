@@ -167,7 +167,7 @@ def _target_sharding(target) -> jax.sharding.Sharding:
         return sharding
     # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
     # where JAX puts new arrays.
-    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
 def _deliver(host: np.ndarray, target: Any):

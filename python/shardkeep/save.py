@@ -7,13 +7,20 @@ See DESIGN.md §5.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from typing import Any, Mapping
 
-from . import _core, checkpointables
+from . import _core, checkpointables, distributed, staging
 from . import options as options_lib
 from .errors import InvalidArgumentError, TimeoutError
+
+# Numbers this process's save calls. Every process of a job makes the same
+# calls in the same order, so the n-th save's barrier keys agree everywhere;
+# a call counts even when it fails before reaching the engine on this
+# process only, so the processes stay in step afterwards.
+_save_calls = itertools.count()
 
 
 class SaveFuture:
@@ -100,19 +107,25 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
 
 def _start(path, items, options, custom_metadata, metrics, force, step, *,
            own_copies: bool) -> SaveFuture:
+    operation_id = str(next(_save_calls))
     path = os.fspath(path)
     options = options_lib.resolve(options)
     if not isinstance(items, Mapping) or not items:
         raise InvalidArgumentError("checkpointables must be a non-empty mapping of name to value")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
         raise InvalidArgumentError(f"step must be a non-negative int or None, got {step!r}")
-    parts = [checkpointables.encode(name, value, own_copies=own_copies)
-             for name, value in items.items()]
+    # In a multi-process job every process calls this with the same
+    # arguments; the coordinator runs the commit protocol across them.
+    coordinator = distributed.coordinator()
+    with staging.planning(replica_parallel=options.replica_parallel):
+        parts = [checkpointables.encode(name, value, own_copies=own_copies)
+                 for name, value in items.items()]
     handle = _core.start_save(
         path, parts, step=step,
         custom_metadata_json=_json_object("custom_metadata", custom_metadata),
         metrics_json=_json_object("metrics", metrics),
-        force=force, options=options.to_core())
+        force=force, options=options.to_core(), coordinator=coordinator,
+        operation_id=operation_id)
     return SaveFuture(handle, path)
 
 

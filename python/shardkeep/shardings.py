@@ -7,6 +7,7 @@ classes change between JAX versions.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import jax
@@ -35,6 +36,70 @@ def addressable_boxes(sharding: jax.sharding.Sharding,
     for device, index in sharding.addressable_devices_indices_map(tuple(shape)).items():
         boxes.setdefault(box_of_index(index, shape), []).append(device)
     return boxes
+
+
+def replica_parallel_boxes(sharding: jax.sharding.Sharding,
+                           shape: Sequence[int]) -> dict[jax.Device, Box]:
+    """The box each of this process's devices writes in a replica-parallel save.
+
+    Works from the global ``devices_indices_map``, which every process
+    computes alike, so the processes agree on who writes what without
+    talking. A box held by devices of P processes is split among those
+    processes, one writer device each (its lowest-numbered holder): replicas
+    inside one process would only split the same process's work. The cut
+    runs along the first dimension at least P long, so every slice is a
+    contiguous piece of the box (written without a gather, read without a
+    scatter); when no dimension is that long, the longest one is cut into
+    fewer slices and only the first processes write. A box without
+    elements, or of a 0-d array, is written whole by its first holder. Over
+    all processes the written boxes tile the array: no element twice, none
+    missed. Devices that write nothing are absent from the result.
+    """
+    shape = tuple(shape)
+    try:
+        hash(sharding)
+    except TypeError:
+        return dict(_plan_replica_slices(sharding, shape))
+    return dict(_cached_replica_slices(sharding, shape))
+
+
+def _plan_replica_slices(sharding: jax.sharding.Sharding,
+                         shape: tuple[int, ...]) -> tuple[tuple[jax.Device, Box], ...]:
+    holders: dict[Box, list[jax.Device]] = {}
+    for device, index in sharding.devices_indices_map(shape).items():
+        holders.setdefault(box_of_index(index, shape), []).append(device)
+    local = {d for d in sharding.addressable_devices}
+    plan: dict[jax.Device, Box] = {}
+    for (origin, extent), devices in holders.items():
+        writers = _one_device_per_process(devices)
+        if not extent or 0 in extent:
+            if writers[0] in local:
+                plan[writers[0]] = (origin, extent)
+            continue
+        dim = next((d for d, n in enumerate(extent) if n >= len(writers)),
+                   int(np.argmax(extent)))
+        parts = min(len(writers), extent[dim])
+        for r, device in enumerate(writers[:parts]):
+            if device not in local:
+                continue
+            start = extent[dim] * r // parts
+            stop = extent[dim] * (r + 1) // parts
+            plan[device] = (origin[:dim] + (origin[dim] + start,) + origin[dim + 1:],
+                            extent[:dim] + (stop - start,) + extent[dim + 1:])
+    return tuple(plan.items())
+
+
+def _one_device_per_process(devices: list[jax.Device]) -> list[jax.Device]:
+    """The lowest-numbered device of each process, ordered by process."""
+    first: dict[int, jax.Device] = {}
+    for device in sorted(devices, key=lambda d: d.id):
+        first.setdefault(device.process_index, device)
+    return [first[p] for p in sorted(first)]
+
+
+# A training state has many leaves of few (sharding, shape) pairs, and the
+# global map has an entry per device of the job.
+_cached_replica_slices = functools.lru_cache(maxsize=1024)(_plan_replica_slices)
 
 
 def describe(sharding: jax.sharding.Sharding | None) -> dict | None:

@@ -7,9 +7,11 @@ any is waited for, so that they overlap.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import numpy as np
@@ -19,19 +21,46 @@ from .errors import InvalidArgumentError
 
 _INT64 = np.iinfo(np.int64)
 
+# Options.replica_parallel of the save being staged (see ``planning``).
+_replica_parallel = contextvars.ContextVar("shardkeep_replica_parallel", default=True)
 
-def stage_pytree(tree: Any, *, own_copies: bool) -> tuple[str, list[tuple]]:
+
+@contextlib.contextmanager
+def planning(*, replica_parallel: bool) -> Iterator[None]:
+    """Stages the pytrees encoded inside the ``with`` block with these settings.
+
+    The save passes its options this way because the checkpointable
+    encoders between it and ``stage_pytree`` do not take options.
+    """
+    token = _replica_parallel.set(bool(replica_parallel))
+    try:
+        yield
+    finally:
+        _replica_parallel.reset(token)
+
+
+def stage_pytree(tree: Any, *, own_copies: bool,
+                 replica_parallel: bool | None = None) -> tuple[str, list[tuple]]:
     """Returns (meta.json text, shards) for saving ``tree``.
 
     With ``own_copies`` every shard's bytes are copied into buffers owned by
     the save, so the caller may donate, delete or overwrite its arrays as
     soon as this returns (async saves). Without it, host-resident data is
     passed as zero-copy views (synchronous saves).
+
+    ``replica_parallel`` (default: the enclosing ``planning`` block's, else
+    True) splits each replicated box among the devices holding it (see
+    ``shardings.replica_parallel_boxes``); otherwise the replica with
+    ``replica_id == 0`` writes it whole. Either way each element of each
+    jax.Array is written by exactly one device of the job, and numpy leaves
+    by process 0 only.
     """
+    if replica_parallel is None:
+        replica_parallel = _replica_parallel.get()
     structure, leaves = tree_codec.flatten(tree)
     leaf_metas, planned = [], []
     for number, leaf in enumerate(leaves):
-        meta, sources = _plan_leaf(leaf)
+        meta, sources = _plan_leaf(leaf, replica_parallel)
         leaf_metas.append(meta)
         planned.extend((number, meta["dtype"], box, src) for box, src in sources)
     for *_, src in planned:
@@ -46,7 +75,7 @@ def stage_pytree(tree: Any, *, own_copies: bool) -> tuple[str, list[tuple]]:
     return meta_json, shards
 
 
-def _plan_leaf(leaf: tree_codec.Leaf) -> tuple[dict, list]:
+def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list]:
     """The leaf's meta.json entry and the (box, source) pairs this process writes."""
     value, path = leaf.value, leaf.path
     base = {"path": path, "sharding": None}
@@ -57,7 +86,7 @@ def _plan_leaf(leaf: tree_codec.Leaf) -> tuple[dict, list]:
     if isinstance(value, (bool, int, float)):
         return {**base, "kind": "scalar", **_scalar_spec(path, value), "shape": []}, []
     if isinstance(value, jax.Array):
-        return _plan_jax_array(path, value)
+        return _plan_jax_array(path, value, replica_parallel)
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
         _check_dtype(path, arr.dtype)
@@ -87,16 +116,52 @@ def _scalar_spec(path: str, value) -> dict:
     return {"dtype": "float64", "value": encoded}
 
 
-def _plan_jax_array(path: str, arr: jax.Array) -> tuple[dict, list]:
+def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
     if arr.is_deleted():
         raise InvalidArgumentError(f"leaf {path!r} is a deleted (donated?) jax.Array")
     _check_dtype(path, arr.dtype)
     meta = {"path": path, "kind": "array", "dtype": np.dtype(arr.dtype).name,
             "shape": list(arr.shape), "sharding": shardings.describe(arr.sharding)}
-    # replica_id 0 of each box is written exactly once over all processes.
-    sources = [(shardings.box_of_index(s.index, arr.shape), s.data)
-               for s in arr.addressable_shards if s.replica_id == 0]
+    if not replica_parallel:
+        # replica_id 0 of each box is written exactly once over all processes.
+        sources = [(shardings.box_of_index(s.index, arr.shape), s.data)
+                   for s in arr.addressable_shards if s.replica_id == 0]
+        return meta, sources
+    shards = {s.device: s for s in arr.addressable_shards}
+    sources = []
+    for device, box in shardings.replica_parallel_boxes(arr.sharding, arr.shape).items():
+        shard = shards[device]
+        shard_origin, shard_extent = shardings.box_of_index(shard.index, arr.shape)
+        if box[1] == shard_extent:
+            sources.append((box, shard.data))
+            continue
+        local = tuple(slice(o - so, o - so + n)
+                      for o, so, n in zip(box[0], shard_origin, box[1]))
+        sources.append((box, _slice_of(shard.data, local)))
     return meta, sources
+
+
+class _HostSlice:
+    """Part of a CPU-resident shard, sliced on the host when staged (no copy
+    where the slice is contiguous and the save is synchronous)."""
+
+    def __init__(self, data: jax.Array, index: tuple[slice, ...]):
+        self.data = data
+        self.index = index
+
+    def to_numpy(self) -> np.ndarray:
+        return np.asarray(self.data)[self.index]
+
+
+def _slice_of(data: jax.Array, index: tuple[slice, ...]):
+    """The part ``index`` of a single-device shard, as a staging source.
+
+    On accelerators the slice is taken on the device so that only its
+    bytes cross to the host; on the CPU backend the host view is sliced.
+    """
+    if all(d.platform == "cpu" for d in data.devices()):
+        return _HostSlice(data, index)
+    return data[index]
 
 
 def _check_dtype(path: str, dtype) -> None:
@@ -107,7 +172,8 @@ def _check_dtype(path: str, dtype) -> None:
 
 
 def _to_host(src, own_copies: bool) -> np.ndarray:
-    host = dtypes.little_endian(np.asarray(src))
+    raw = src.to_numpy() if isinstance(src, _HostSlice) else np.asarray(src)
+    host = dtypes.little_endian(raw)
     if own_copies and _may_alias(src):
         return np.array(host, order="C", copy=True)
     return np.ascontiguousarray(host)
@@ -120,6 +186,8 @@ def _may_alias(src) -> bool:
     jax.Array aliases the device buffer, which donation may reuse; on
     accelerators it is a fresh host copy that nothing else writes.
     """
+    if isinstance(src, _HostSlice):
+        return True
     if not isinstance(src, jax.Array):
         return True
     return any(d.platform == "cpu" for d in src.devices())

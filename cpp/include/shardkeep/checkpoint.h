@@ -50,6 +50,11 @@ struct SaveRequest {
   nlohmann::json custom_metadata = nlohmann::json::object();
   nlohmann::json metrics = nlohmann::json::object();
   bool force = false;  // replace a committed checkpoint at `path`
+  // Names this save's barriers. Unique per save and identical on every
+  // process; the Python front numbers each process's save calls (counting
+  // calls that failed before reaching the engine, so the processes stay in
+  // step). Empty: numbered by this process's StartSave calls.
+  std::string operation_id;
   // Released when the background phase ends: owns the shard memory.
   std::shared_ptr<void> keepalive;
 };

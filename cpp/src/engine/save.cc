@@ -57,9 +57,12 @@ std::string ParentDir(const std::string& path) {
 
 // Every process numbers its saves in the same order, so the n-th save has
 // the same barrier keys everywhere and never reuses an earlier one's.
-std::string OperationId(const std::string& path) {
+std::string OperationId(const SaveRequest& request) {
   static std::atomic<uint64_t> sequence{0};
-  return "shardkeep/save/" + std::to_string(sequence.fetch_add(1)) + "/" + path;
+  const std::string n = request.operation_id.empty()
+                            ? std::to_string(sequence.fetch_add(1))
+                            : request.operation_id;
+  return "shardkeep/save/" + n + "/" + request.path;
 }
 
 Status ValidateShard(const CheckpointablePayload& part,
@@ -135,7 +138,7 @@ class SaveOperation {
         request_(std::move(request)),
         options_(options),
         tmp_(request_.path + kTmpSuffix),
-        id_(OperationId(request_.path)),
+        id_(OperationId(request_)),
         created_ns_(NowNs()) {}
 
   // Steps 1–2.

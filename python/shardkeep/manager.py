@@ -1,0 +1,528 @@
+"""CheckpointManager: one checkpoint per step under a root directory.
+
+How a manager works (docs/MANAGER.md has the user-facing rules):
+
+1. At creation the root is listed once: by the primary, which shares the
+   listing with the other processes through JAX's coordination service
+   (each listing by itself could race with deletions the primary is still
+   finishing). A step is a directory named by digits only whose
+   ``_SHARDKEEP`` exists and parses; its metrics come from that record. The primary removes stale ``*.shardkeep-tmp`` and
+   ``*.shardkeep-deleting`` directories, and ``<step>.shardkeep-old`` when
+   ``<step>`` itself is committed (otherwise it is the only copy and stays).
+2. From then on the manager never lists the root again: its record of
+   committed steps is what it found plus what it committed. Every decision
+   (save or skip, what to delete) is a function of that record and of
+   values identical on all processes, so all processes decide alike.
+3. ``save`` starts a save of ``<root>/<step>`` and hands its future to the
+   manager's worker thread. The worker waits for the commit, adds the step
+   to the record, applies the retention policy, and (primary only) deletes
+   the dropped steps: rename to ``<name>.shardkeep-deleting``, then remove,
+   so a half-deleted checkpoint never looks committed. A step being loaded
+   is removed from the record at once but deleted only after the load.
+4. Errors of the worker (failed saves, failed deletions) are logged when
+   they happen and raised by the next ``save``, ``wait`` or ``close``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import json
+import logging
+import math
+import os
+import queue
+import re
+import shutil
+import threading
+import time
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+from . import distributed
+from . import options as options_lib
+from . import retention
+from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
+from .load import load as load_state
+from .load import load_checkpointables
+from .preemption import PreemptionWatch
+from .save import SaveFuture, save_checkpointables_async
+
+logger = logging.getLogger("shardkeep")
+
+_STEP_NAME = re.compile(r"[0-9]+")
+_GARBAGE_SUFFIXES = (".shardkeep-tmp", ".shardkeep-deleting")
+_OLD_SUFFIX = ".shardkeep-old"
+_DELETING_SUFFIX = ".shardkeep-deleting"
+# Slack on top of Options.timeout_s, which already bounds every wait of a save.
+_WAIT_SLACK_S = 60.0
+# Numbers the managers of a process; every process creates its managers in
+# the same order, so the numbers name the same manager on all of them.
+_manager_numbers = itertools.count()
+
+
+@dataclasses.dataclass
+class _Commit:
+    """A started save, waiting in the worker for its commit."""
+
+    step: int
+    name: str
+    future: SaveFuture
+    metrics: dict
+    started: float
+    observed: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+@dataclasses.dataclass
+class _Delete:
+    """A step dropped by retention whose directory is still to be removed."""
+
+    step: int
+    name: str
+
+
+@dataclasses.dataclass
+class _Drain:
+    """Marks the point up to which ``wait`` waits for the worker."""
+
+    reached: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class CheckpointManager:
+    """Saves a training run every few steps and keeps the checkpoints that matter.
+
+    ``save(step, tree_or_checkpointables)`` writes ``<root>/<step>`` (the step
+    zero-padded to ``step_width`` digits) when the step is due: a multiple
+    of ``save_interval_steps``, ``force=True``, or the step at which a
+    preemption notice was agreed. A Mapping is saved as checkpointables
+    (each top-level key can be loaded alone); anything else as the single
+    checkpointable "state". With ``async_save`` the call returns after the
+    device-to-host copy and at most one save is in flight.
+
+    Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
+    ``best_metric`` in ``best_mode``) runs after each commit; see
+    ``shardkeep.retention`` and docs/MANAGER.md.
+
+    The root must be a local or mounted file-system path (or ``file://``),
+    shared by all processes of the job. Methods are meant to be called from
+    one thread, the training loop; the manager owns one worker thread, which
+    ``close`` joins.
+    """
+
+    def __init__(self, root, *, keep_last: int | None = None,
+                 keep_every_steps: int | None = None, keep_best: int | None = None,
+                 best_metric: str | None = None, best_mode: str = "min",
+                 save_interval_steps: int = 1, async_save: bool = True,
+                 options: options_lib.Options | None = None, step_width: int = 9):
+        self._root = _local_root(root)
+        _check_positive_int("save_interval_steps", save_interval_steps)
+        _check_positive_int("step_width", step_width)
+        self._policy = retention.RetentionPolicy(keep_last, keep_every_steps, keep_best,
+                                                 best_metric, best_mode)
+        self._interval = save_interval_steps
+        self._async = bool(async_save)
+        self._options = options_lib.resolve(options)
+        self._width = step_width
+        self._primary = jax.process_index() == 0
+        self._number = next(_manager_numbers)
+
+        self._lock = threading.Lock()  # guards the fields up to _errors
+        self._steps: dict[int, dict] = {}       # committed step -> its metrics
+        self._names: dict[int, str] = {}        # committed step -> directory name
+        self._in_use: collections.Counter = collections.Counter()
+        self._deferred: dict[int, str] = {}     # dropped while in use: step -> name
+        self._errors: list[BaseException] = []
+
+        self._pending: _Commit | None = None
+        self._jobs: queue.Queue = queue.Queue()
+        self._closed = False
+
+        os.makedirs(self._root, exist_ok=True)
+        self._discover()
+        self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
+                                        daemon=True)
+        self._worker.start()
+        self._preemption = PreemptionWatch()
+
+    # -- queries ---------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def all_steps(self) -> list[int]:
+        """Committed steps, in increasing order."""
+        with self._lock:
+            return sorted(self._steps)
+
+    def latest_step(self) -> int | None:
+        """The latest committed step, or None."""
+        with self._lock:
+            return max(self._steps, default=None)
+
+    def best_step(self) -> int | None:
+        """The committed step with the best ``best_metric``, or None."""
+        with self._lock:
+            best = retention.best_steps(self._steps, self._policy.best_metric,
+                                        self._policy.best_mode, 1)
+        return best[0] if best else None
+
+    def metrics(self, step: int) -> dict:
+        """The metrics committed step ``step`` was saved with."""
+        with self._lock:
+            if step not in self._steps:
+                raise NotFoundError(self._not_committed(step))
+            return dict(self._steps[step])
+
+    def step_path(self, step: int) -> str:
+        """Where step ``step`` is (or would be) saved."""
+        with self._lock:
+            name = self._names.get(step, f"{step:0{self._width}d}")
+        return os.path.join(self._root, name)
+
+    def reached_preemption(self, step: int) -> bool:
+        """True once a preemption notice has arrived and ``step`` is the agreed step or later.
+
+        Call it at every step (``save`` does): in multi-process jobs JAX's
+        sync point needs every process to report every step.
+        """
+        return self._preemption.reached(step)
+
+    # -- save ------------------------------------------------------------
+
+    def save(self, step: int, tree_or_checkpointables: Any, *, metrics: Mapping | None = None,
+             force: bool = False) -> bool:
+        """Saves ``step`` if it is due; returns whether a save was started.
+
+        Raises the error of an earlier background save or deletion, if any.
+        A step not after the last saved one is not saved (False).
+        """
+        self._check_open()
+        step = _checked_step(step)
+        self._raise_errors()
+        preempted = self.reached_preemption(step)
+        if not (force or preempted or step % self._interval == 0):
+            return False
+        last = self._last_started()
+        if last is not None and step <= last:
+            logger.warning("step %d not saved: step %d is already saved under %s", step, last,
+                           self._root)
+            return False
+        metrics = _plain_metrics(metrics)
+        self._wait_pending()
+        items = (dict(tree_or_checkpointables) if isinstance(tree_or_checkpointables, Mapping)
+                 else {"state": tree_or_checkpointables})
+        name = f"{step:0{self._width}d}"
+        started = time.monotonic()
+        future = save_checkpointables_async(
+            os.path.join(self._root, name), items, metrics=metrics, step=step,
+            options=self._options)
+        logger.info("step %d: save started, blocking phase %.3f s", step,
+                    time.monotonic() - started)
+        self._pending = _Commit(step, name, future, metrics, started)
+        self._jobs.put(self._pending)
+        if not self._async:
+            self._wait_pending()
+        return True
+
+    # -- load ------------------------------------------------------------
+
+    def load(self, step: int | None = None, target: Any = None, *, partial: bool = False,
+             options: options_lib.Options | None = None) -> Any:
+        """Loads committed step ``step`` (None: the latest).
+
+        ``target`` None loads every checkpointable and returns a dict of
+        them; a Mapping names the checkpointables to load (reading no
+        others) with their targets and returns a dict; anything else is the
+        target of the checkpointable "state", which is returned alone.
+        The step is not deleted while it is being loaded.
+        """
+        self._check_open()
+        with self._lock:
+            if step is None:
+                if not self._steps:
+                    raise NotFoundError(f"no committed checkpoint under {self._root!r}")
+                step = max(self._steps)
+            elif step not in self._steps:
+                raise NotFoundError(self._not_committed(step))
+            self._in_use[step] += 1
+            path = os.path.join(self._root, self._names[step])
+        options = options if options is not None else self._options
+        try:
+            if target is None or isinstance(target, Mapping):
+                return load_checkpointables(path, target, partial=partial,
+                                                     options=options)
+            return load_state(path, target, partial=partial, options=options)
+        finally:
+            self._release(step)
+
+    # -- waiting and closing ---------------------------------------------
+
+    def wait(self) -> None:
+        """Waits for the save in flight and for pending deletions; raises their errors."""
+        self._wait_pending()
+        drain = _Drain()
+        self._jobs.put(drain)
+        if not drain.reached.wait(self._options.timeout_s + _WAIT_SLACK_S):
+            raise TimeoutError(f"checkpoint deletions under {self._root!r} did not finish"
+                               f" within {self._options.timeout_s + _WAIT_SLACK_S:.0f} s")
+        self._raise_errors()
+
+    def close(self) -> None:
+        """Waits like ``wait``, then stops the worker and restores the SIGTERM handler."""
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._closed = True
+            self._jobs.put(None)
+            self._worker.join(self._options.timeout_s + _WAIT_SLACK_S)
+            if self._worker.is_alive():
+                logger.error("the worker of the manager of %s did not stop", self._root)
+            self._preemption.close()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # The exception already propagating is the one to see.
+            logger.exception("closing the manager of %s while handling another error",
+                             self._root)
+
+    # -- internals -------------------------------------------------------
+
+    def _discover(self) -> None:
+        if jax.process_count() == 1:
+            found = self._list_root()
+        else:
+            found = self._agreed_listing()
+        for name, metrics in found.items():
+            self._steps[int(name)] = metrics
+            self._names[int(name)] = name
+
+    def _agreed_listing(self) -> dict[str, dict]:
+        """The primary's listing, shared through JAX's coordination service.
+
+        Listing on every process would race with deletions the primary
+        may still be finishing for an earlier manager of the same root.
+        """
+        bridge = distributed._JaxCoordination(distributed._client(), jax.process_index(),
+                                              jax.process_count())
+        key = f"shardkeep/manager/{self._number}/{self._root}/steps"
+        if self._primary:
+            found = self._list_root()
+            bridge.set(key, json.dumps(found))
+            return found
+        return json.loads(bridge.get(key, self._options.timeout_s))
+
+    def _list_root(self) -> dict[str, dict]:
+        """{directory name: metrics} of the committed steps; the primary collects garbage."""
+        found: dict[str, dict] = {}
+        entries = sorted(os.listdir(self._root))
+        for name in entries:
+            path = os.path.join(self._root, name)
+            if not _STEP_NAME.fullmatch(name) or not os.path.isdir(path):
+                continue
+            record = _commit_record(path)
+            if record is None:
+                continue
+            twin = next((n for n in found if int(n) == int(name)), None)
+            if twin is not None:
+                logger.warning("step %d is in both %s and %s; using %s", int(name), twin, name,
+                               twin)
+                continue
+            found[name] = record.get("metrics") or {}
+        if self._primary:
+            self._collect_garbage(entries, set(found))
+        return found
+
+    def _collect_garbage(self, entries: list[str], committed: set[str]) -> None:
+        for name in entries:
+            path = os.path.join(self._root, name)
+            if name.endswith(_GARBAGE_SUFFIXES):
+                logger.info("removing stale %s", path)
+                shutil.rmtree(path, ignore_errors=True)
+            elif name.endswith(_OLD_SUFFIX):
+                if name[:-len(_OLD_SUFFIX)] in committed:
+                    logger.info("removing %s: its replacement is committed", path)
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    logger.warning("%s is kept: it may be the only copy of that step", path)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if isinstance(job, _Commit):
+                self._observe_commit(job)
+            elif isinstance(job, _Delete):
+                self._delete(job)
+            else:
+                job.reached.set()
+
+    def _observe_commit(self, job: _Commit) -> None:
+        try:
+            job.future.result()
+        except Exception as e:  # noqa: BLE001 - recorded, raised on the next call
+            self._record_error(f"saving step {job.step} to {job.future.path!r} failed", e)
+            job.observed.set()
+            return
+        logger.info("step %d committed, %.2f s after its save started", job.step,
+                    time.monotonic() - job.started)
+        with self._lock:
+            self._steps[job.step] = job.metrics
+            self._names[job.step] = job.name
+            dropped = retention.steps_to_delete(self._steps, self._policy)
+            deletions = []
+            for step in dropped:
+                del self._steps[step]
+                name = self._names.pop(step)
+                if self._in_use[step]:
+                    self._deferred[step] = name
+                else:
+                    deletions.append(_Delete(step, name))
+        job.observed.set()
+        for deletion in deletions:
+            self._delete(deletion)
+
+    def _delete(self, job: _Delete) -> None:
+        if not self._primary:
+            return
+        path = os.path.join(self._root, job.name)
+        doomed = path + _DELETING_SUFFIX
+        try:
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
+        except OSError as e:
+            self._record_error(f"deleting step {job.step} at {path!r} failed", e)
+            return
+        logger.info("deleted step %d (%s)", job.step, path)
+
+    def _release(self, step: int) -> None:
+        with self._lock:
+            self._in_use[step] -= 1
+            if self._in_use[step]:
+                return
+            del self._in_use[step]
+            name = self._deferred.pop(step, None)
+        if name is not None:
+            self._jobs.put(_Delete(step, name))
+
+    def _last_started(self) -> int | None:
+        """The step of the save in flight, else the latest committed step."""
+        if self._pending is not None:
+            return self._pending.step
+        return self.latest_step()
+
+    def _wait_pending(self) -> None:
+        pending = self._pending
+        if pending is not None:
+            limit = self._options.timeout_s + _WAIT_SLACK_S
+            if not pending.observed.wait(limit):
+                raise TimeoutError(f"step {pending.step} was not committed within {limit:.0f} s;"
+                                   " it continues in the background")
+            self._pending = None
+        self._raise_errors()
+
+    def _record_error(self, what: str, error: BaseException) -> None:
+        logger.error("%s: %s", what, error)
+        described = _described(error, f"{what}: {error}")
+        with self._lock:
+            self._errors.append(described)
+
+    def _raise_errors(self) -> None:
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if not errors:
+            return
+        if len(errors) > 1:
+            others = "; ".join(str(e) for e in errors[1:])
+            raise _described(errors[0], f"{errors[0]} (and {len(errors) - 1} more: {others})")
+        raise errors[0]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgumentError(f"the manager of {self._root!r} is closed")
+
+    def _not_committed(self, step: int) -> str:
+        return (f"step {step} is not a committed checkpoint under {self._root!r};"
+                f" committed steps: {sorted(self._steps)}")
+
+
+def _local_root(root) -> str:
+    root = os.fspath(root)
+    if root.startswith("file://"):
+        root = root[len("file://"):]
+    elif re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", root):
+        raise InvalidArgumentError(
+            f"CheckpointManager root {root!r}: only file-system paths are supported")
+    return os.path.abspath(root)
+
+
+def _commit_record(path: str) -> dict | None:
+    """The parsed ``_SHARDKEEP`` of ``path``, or None when it is not committed."""
+    try:
+        with open(os.path.join(path, "_SHARDKEEP"), encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        logger.warning("%s is ignored: its _SHARDKEEP does not parse (%s)", path, e)
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _plain_metrics(metrics: Mapping | None) -> dict:
+    """``metrics`` as the JSON object it is stored as.
+
+    NumPy and JAX scalars become numbers; NaN and infinities become None
+    (JSON has no such numbers), so such a step is never the best.
+    """
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise InvalidArgumentError(f"metrics must be a mapping, got {type(metrics).__name__}")
+
+    def plain(value):
+        if isinstance(value, (np.generic, np.ndarray, jax.Array)) and np.size(value) == 1:
+            value = np.asarray(value).item()
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value
+
+    try:
+        return json.loads(json.dumps({k: plain(v) for k, v in metrics.items()},
+                                     allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"metrics are not JSON-serialisable: {e}") from e
+
+
+def _described(error: BaseException, message: str) -> BaseException:
+    """An error of the same class as ``error`` (when possible) saying ``message``."""
+    try:
+        described = type(error)(message)
+    except Exception:  # noqa: BLE001 - classes whose constructor takes other arguments
+        described = ShardkeepError(message)
+    described.__cause__ = error
+    return described
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _checked_step(step) -> int:
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise InvalidArgumentError(f"step must be a non-negative int, got {step!r}")
+    return int(step)

@@ -1,0 +1,86 @@
+"""CheckpointManager scenarios for multi-process jobs (see harness.py).
+
+The worker looks scenario functions up in scenarios.py only, so
+test_manager.py runs this file as the worker: it adds its functions to the
+``scenarios`` module, then hands over to ``worker.main``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import shardkeep as sk
+
+LOSSES = {2: 5.0, 4: 1.0, 5: 4.0, 6: 3.0, 8: 6.0, 10: 7.0}
+SHAPE = (16, 8)
+
+
+def _mesh() -> Mesh:
+    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
+    return Mesh(devices.reshape(2, -1), ("data", "model"))
+
+
+def _expected(step: int) -> np.ndarray:
+    return np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE) + step
+
+
+def _state(step: int, mesh: Mesh) -> dict:
+    value = _expected(step)
+    w = jax.make_array_from_callback(SHAPE, NamedSharding(mesh, P("data", "model")),
+                                     lambda index: value[index])
+    return {"params": {"w": w}, "data": sk.JsonValue({"next_step": step})}
+
+
+def manager_job(root: str) -> dict:
+    """Saves on a schedule with retention, reopens, loads, then is preempted."""
+    mesh = _mesh()
+    policy = dict(save_interval_steps=2, keep_last=2, keep_best=1, best_metric="loss")
+    with sk.CheckpointManager(root, **policy) as mgr:
+        saved = [step for step in range(1, 11)
+                 if mgr.save(step, _state(step, mesh), metrics={"loss": LOSSES.get(step)},
+                             force=step == 5)]
+        mgr.wait()
+        steps, best = mgr.all_steps(), mgr.best_step()
+    with sk.CheckpointManager(root, **policy) as mgr:
+        reopened = mgr.all_steps()
+        target = {"params": {"w": jax.ShapeDtypeStruct(
+            SHAPE, np.float32, sharding=NamedSharding(mesh, P("model", "data")))}}
+        loaded = mgr.load(None, target)["params"]["w"]
+        expected = _expected(mgr.latest_step())
+        exact = all(np.array_equal(np.asarray(shard.data), expected[shard.index])
+                    for shard in loaded.addressable_shards)
+    on_disk = sorted(os.listdir(root)) if jax.process_index() == 0 else None
+    return {"saved": saved, "steps": steps, "best": best, "reopened": reopened,
+            "exact": exact, "on_disk": on_disk, **_preempted(root + "-preempted", mesh)}
+
+
+def _preempted(root: str, mesh: Mesh) -> dict:
+    """Process 1 receives SIGTERM; both processes must save the same step."""
+    with sk.CheckpointManager(root, save_interval_steps=1000) as mgr:
+        source = mgr._preemption.source
+        stopped = None
+        for step in range(1, 2000):
+            if jax.process_index() == 1 and step == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            mgr.save(step, _state(step, mesh))
+            if mgr.reached_preemption(step):
+                stopped = step
+                break
+            time.sleep(0.01)
+        mgr.wait()
+        return {"source": source, "preempted_at": stopped, "preempted_steps": mgr.all_steps()}
+
+
+if __name__ == "__main__":
+    import scenarios
+    import worker
+
+    scenarios.manager_job = manager_job
+    worker.main()
