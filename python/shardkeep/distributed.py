@@ -41,9 +41,15 @@ def coordinator() -> "_core.Coordinator | None":
     count = jax.process_count()
     if count == 1:
         return None
-    bridge = _JaxCoordination(_client(), jax.process_index(), count)
+    bridge = coordination()
     return _core.callback_coordinator(bridge.process_index, count, bridge.barrier,
                                       bridge.set, bridge.get, bridge.try_get)
+
+
+def coordination() -> "JaxCoordination":
+    """Barriers and key-value operations of this multi-process job, with
+    shardkeep's errors and timeouts (for the manager and tests)."""
+    return JaxCoordination(_client(), jax.process_index(), jax.process_count())
 
 
 def _client() -> Any:
@@ -81,7 +87,7 @@ def _ms(timeout_s: float) -> int:
     return max(1, int(round(timeout_s * 1000)))
 
 
-class _JaxCoordination:
+class JaxCoordination:
     """Barrier and key-value operations on JAX's client, with shardkeep errors.
 
     A barrier that times out raises shardkeep.TimeoutError (the core maps it

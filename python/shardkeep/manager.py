@@ -315,8 +315,7 @@ class CheckpointManager:
         Listing on every process would race with deletions the primary
         may still be finishing for an earlier manager of the same root.
         """
-        bridge = distributed._JaxCoordination(distributed._client(), jax.process_index(),
-                                              jax.process_count())
+        bridge = distributed.coordination()
         key = f"shardkeep/manager/{self._number}/{self._root}/steps"
         if self._primary:
             found = self._list_root()

@@ -305,15 +305,13 @@ def test_roots_must_be_file_system_paths(tmp_path):
     assert json.loads((tmp_path / "run" / "000000001" / "_SHARDKEEP").read_text())["step"] == 1
 
 
-def test_two_processes_make_the_same_decisions(tmp_path, monkeypatch):
+def test_two_processes_make_the_same_decisions(tmp_path):
     multiprocess = pathlib.Path(__file__).with_name("multiprocess")
     sys.path.insert(0, str(multiprocess))
-    harness = pytest.importorskip("harness")
-    # The harness's worker finds scenarios in scenarios.py only: this file
-    # registers its own and then runs the worker.
-    monkeypatch.setattr(harness, "WORKER", multiprocess / "manager_scenarios.py")
-    results = harness.run_job(2, 4, "manager_job", {"root": str(tmp_path / "run")},
-                              timeout=120)
+    import harness
+
+    results = harness.run_job(2, 4, "manager_scenarios:manager_job",
+                              {"root": str(tmp_path / "run")}, timeout=120)
     for result in results:
         assert result["saved"] == [2, 4, 5, 6, 8, 10]
         assert result["steps"] == result["reopened"] == [4, 8, 10]

@@ -172,7 +172,7 @@ class _FakeClient:
 def test_barrier_timeout_names_the_missing_processes():
     client = _FakeClient(RuntimeError("DEADLINE_EXCEEDED: Barrier timed out. Id: b"),
                          arrived=(0, 1, 3))
-    bridge = distributed._JaxCoordination(client, 0, 5)
+    bridge = distributed.JaxCoordination(client, 0, 5)
     with pytest.raises(sk.TimeoutError, match=r"barrier 'b' timed out after 2\.5 s; "
                        r"processes \[2, 4\] did not arrive"):
         bridge.barrier("b", 2.5)
@@ -183,22 +183,22 @@ def test_other_service_errors_become_shardkeep_errors():
     client = _FakeClient(RuntimeError("INTERNAL: Barrier failed because: task is set to"
                                       " ERROR: UNAVAILABLE: Task 2 heartbeat timeout"),
                          arrived=(0, 1))
-    bridge = distributed._JaxCoordination(client, 0, 3)
+    bridge = distributed.JaxCoordination(client, 0, 3)
     with pytest.raises(sk.ShardkeepError, match=r"processes \[2\] did not arrive.*heartbeat") as e:
         bridge.barrier("b", 1.0)
     assert not isinstance(e.value, sk.TimeoutError)
     # A barrier that passes leaves no arrival record behind.
     ok = _FakeClient()
-    distributed._JaxCoordination(ok, 1, 2).barrier("b", 1.0)
+    distributed.JaxCoordination(ok, 1, 2).barrier("b", 1.0)
     assert ok.store == {}
     # Key-value operations.
-    bridge = distributed._JaxCoordination(ok, 1, 2)
+    bridge = distributed.JaxCoordination(ok, 1, 2)
     assert bridge.try_get("k") is None
     bridge.set("k", "v")
     assert bridge.try_get("k") == "v" and bridge.get("k", 1.0) == "v"
     with pytest.raises(sk.TimeoutError, match="'missing' did not appear"):
         bridge.get("missing", 0.5)
-    broken = distributed._JaxCoordination(_FakeClient(error=RuntimeError("UNAVAILABLE: gone")),
+    broken = distributed.JaxCoordination(_FakeClient(error=RuntimeError("UNAVAILABLE: gone")),
                                           1, 2)
     with pytest.raises(sk.ShardkeepError, match="setting key 'k'.*UNAVAILABLE"):
         broken.set("k", "v")

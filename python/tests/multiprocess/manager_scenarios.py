@@ -1,8 +1,6 @@
 """CheckpointManager scenarios for multi-process jobs (see harness.py).
 
-The worker looks scenario functions up in scenarios.py only, so
-test_manager.py runs this file as the worker: it adds its functions to the
-``scenarios`` module, then hands over to ``worker.main``.
+test_manager.py runs them as "manager_scenarios:<function>".
 """
 
 from __future__ import annotations
@@ -77,10 +75,3 @@ def _preempted(root: str, mesh: Mesh) -> dict:
         mgr.wait()
         return {"source": source, "preempted_at": stopped, "preempted_steps": mgr.all_steps()}
 
-
-if __name__ == "__main__":
-    import scenarios
-    import worker
-
-    scenarios.manager_job = manager_job
-    worker.main()

@@ -172,14 +172,14 @@ def save_with_dead_peer(path: str, victim: int, timeout_s: float) -> dict:
     fail within ``timeout_s`` and commit nothing."""
     import shardkeep.distributed as skd
 
-    arrive = skd._JaxCoordination.barrier
+    arrive = skd.JaxCoordination.barrier
 
     def barrier(self, key, timeout):
         if jax.process_index() == victim and key.endswith("/written"):
             os.kill(os.getpid(), signal.SIGKILL)
         return arrive(self, key, timeout)
 
-    skd._JaxCoordination.barrier = barrier
+    skd.JaxCoordination.barrier = barrier
     state = make_state(mesh())
     start = time.monotonic()
     future = sk.save_async(path, state, options=_options(timeout_s=timeout_s))
@@ -199,14 +199,14 @@ def python_runs_while_save_waits(path: str, delay_s: float) -> dict:
     the save's background thread holds the GIL while it waits."""
     import shardkeep.distributed as skd
 
-    arrive = skd._JaxCoordination.barrier
+    arrive = skd.JaxCoordination.barrier
 
     def barrier(self, key, timeout):
         if jax.process_index() == 1 and key.endswith("/written"):
             time.sleep(delay_s)
         return arrive(self, key, timeout)
 
-    skd._JaxCoordination.barrier = barrier
+    skd.JaxCoordination.barrier = barrier
     state = make_state(mesh((2, 1)), ["sharded", "replicated"])
     # Pure-Python speed of this process, for comparison.
     count, end = 0, time.monotonic() + 0.3

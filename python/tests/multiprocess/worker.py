@@ -5,6 +5,7 @@ args, heartbeat_timeout_s, shutdown_timeout_s. The environment (XLA_FLAGS,
 JAX_PLATFORMS) is set by the harness before JAX is imported.
 """
 
+import importlib
 import json
 import os
 import sys
@@ -22,10 +23,8 @@ def main() -> None:
         process_id=spec["process_id"], initialization_timeout=60,
         heartbeat_timeout_seconds=spec["heartbeat_timeout_s"],
         shutdown_timeout_seconds=spec["shutdown_timeout_s"])
-    import scenarios  # noqa: E402 - after initialize: it may touch devices.
-
     try:
-        result = getattr(scenarios, spec["scenario"])(**spec["args"])
+        result = _scenario(spec["scenario"])(**spec["args"])
     except BaseException:  # noqa: BLE001 - report everything, then die.
         traceback.print_exc()
         sys.stdout.flush()
@@ -43,10 +42,18 @@ def main() -> None:
     jax.distributed.shutdown()
 
 
+def _scenario(name: str):
+    """"function" from scenarios.py, or "module:function" from a module
+    beside this file. Imported after initialize: scenarios may touch devices."""
+    module_name, _, function = name.rpartition(":")
+    module = importlib.import_module(module_name or "scenarios")
+    return getattr(module, function)
+
+
 def _finish_without_peers(me: int, survivors: list[int]) -> None:
     from shardkeep import distributed
 
-    bridge = distributed._JaxCoordination(distributed._client(), me, len(survivors))
+    bridge = distributed.coordination()
     if me != 0:
         bridge.set(f"harness/printed/{me}", "1")
         return
