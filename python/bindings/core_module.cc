@@ -87,17 +87,18 @@ class PyFunction {
     fn_.reset();
   }
   // Calls the function; a Python exception becomes a Status (a timeout
-  // stays a timeout, anything else names the coordination service).
+  // stays a timeout, an existing key stays AlreadyExists, anything else
+  // names the coordination service).
   template <typename... Args>
   Result<nb::object> Call(const Args&... args) const {
     nb::gil_scoped_acquire acquire;
     try {
       return fn_(args...);
     } catch (nb::python_error& error) {
-      const bool timeout = error.matches(PyExc_TimeoutError);
       // str() of the exception: what() would add the traceback.
       std::string message = nb::str(error.value()).c_str();
-      if (timeout) return TimeoutError(message);
+      if (error.matches(PyExc_TimeoutError)) return TimeoutError(message);
+      if (error.matches(PyExc_FileExistsError)) return AlreadyExistsError(message);
       return InternalError("coordination service call failed: " + message);
     }
   }

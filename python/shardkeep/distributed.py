@@ -23,7 +23,7 @@ from typing import Any
 import jax
 
 from . import _core
-from .errors import ShardkeepError, TimeoutError
+from .errors import AlreadyExistsError, ShardkeepError, TimeoutError
 
 # The client methods shardkeep needs (JAX 0.4.3x to 0.10 have them all);
 # key_value_delete is used when present.
@@ -141,6 +141,10 @@ class JaxCoordination:
         try:
             self._client.key_value_set(key, value)
         except Exception as e:  # noqa: BLE001
+            if _code(e) == "ALREADY_EXISTS":
+                # Keys are write-once; the commit protocol relies on this to
+                # settle who decides a save's outcome.
+                raise AlreadyExistsError(f"key '{key}' is already set") from e
             raise ShardkeepError(
                 f"setting key '{key}' in JAX's coordination service failed:"
                 f" {_first_line(e)}") from e

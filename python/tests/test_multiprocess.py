@@ -146,6 +146,8 @@ class _FakeClient:
     def key_value_set(self, key, value, allow_overwrite=False):
         if self.error:
             raise self.error
+        if key in self.store and not allow_overwrite:
+            raise RuntimeError(f"ALREADY_EXISTS: Config key {key} already exists.")
         self.store[key] = value
 
     def wait_at_barrier(self, key, timeout_in_ms, process_ids=None):
@@ -196,6 +198,9 @@ def test_other_service_errors_become_shardkeep_errors():
     assert bridge.try_get("k") is None
     bridge.set("k", "v")
     assert bridge.try_get("k") == "v" and bridge.get("k", 1.0) == "v"
+    # Keys are write-once: the commit protocol's outcome key depends on it.
+    with pytest.raises(sk.AlreadyExistsError, match="'k' is already set"):
+        bridge.set("k", "w")
     with pytest.raises(sk.TimeoutError, match="'missing' did not appear"):
         bridge.get("missing", 0.5)
     broken = distributed.JaxCoordination(_FakeClient(error=RuntimeError("UNAVAILABLE: gone")),

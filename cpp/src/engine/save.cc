@@ -5,29 +5,43 @@
 //   1. Validate the request against its own meta.json.
 //   2. Primary: refuse a committed checkpoint at <path> unless `force`;
 //      remove a stale <path>.shardkeep-tmp left by a crash; create it fresh
-//      with <checkpointable>/{data,index}/ folders. Barrier "prepared".
+//      with <checkpointable>/{data,index}/ folders. Agreement "prepared".
 //  Background phase (a thread owned by the SaveHandle):
 //   3. Every process writes its chunks and its index into the temporary
 //      folder and fsyncs them (WriteShards). The primary also writes the
 //      values of json/bytes checkpointables.
-//   4. Barrier "written".
+//   4. Agreement "written".
 //   5. Primary: writes every meta.json, then _SHARDKEEP, fsyncs them and
-//      their folders, then renames <path>.shardkeep-tmp to <path> and
-//      fsyncs the parent. With `force`, a committed <path> is first moved
-//      to <path>.shardkeep-old and deleted after the rename.
-//   6. Barrier "committed"; the future resolves.
+//      their folders; claims the outcome "commit" (see below); renames
+//      <path>.shardkeep-tmp to <path> and fsyncs the parent. With `force`, a
+//      committed <path> is first moved to <path>.shardkeep-old and deleted
+//      after the rename. It then publishes the result of the commit.
+//   6. Every other process waits for that published result; the futures
+//      resolve with it.
 //
-// Each barrier is an agreement (Agree): a process that failed its part of a
-// phase records the failure in the coordinator's key-value store and still
-// arrives, so every process leaves the barrier knowing the phase failed and
-// returns an error; one that never arrives makes the barrier time out
-// (Options::timeout_s) everywhere. Either way nothing is committed.
+// An agreement (Agree) is a barrier that also carries failures: a process
+// that failed its part of a phase records the failure in the coordinator's
+// key-value store and still arrives, so every process leaves the barrier
+// knowing the phase failed. One that never arrives (dead, stalled, or
+// unable to record its failure) makes the barrier time out everywhere
+// (Options::timeout_s). Either way nothing is committed.
 //
-// A crash before the rename in step 5 leaves only the temporary folder,
-// which no reader accepts (it has no _SHARDKEEP at <path>) and the next save
-// removes.
+// The outcome key settles the race between a slow primary and processes
+// that stop waiting for it: it is write-once, the primary sets it to
+// "commit" just before the rename and a process that gives up sets it to
+// "abort". Whoever sets it first decides; the primary renames only if it
+// won, and a process that lost waits for the primary's published result.
+//
+// The rename is the commit point. If the parent-directory fsync after it
+// fails, the rename is undone (the checkpoint was never reported durable);
+// failing to delete <path>.shardkeep-old after a forced replace only leaves
+// that folder behind for the next save to remove.
+//
+// A crash before the rename leaves only the temporary folder, which no
+// reader accepts (it has no _SHARDKEEP at <path>) and the next save removes.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "engine/shard_writer.h"
@@ -46,6 +60,12 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+std::string FormatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", seconds);
+  return text;
 }
 
 std::string ParentDir(const std::string& path) {
@@ -156,25 +176,36 @@ class SaveOperation {
       if (!local.ok()) break;
     }
     SK_RETURN_IF_ERROR(Agree("written", local));
-    return Agree("committed", coordinator_->is_primary() ? Commit() : Status::Ok());
+    if (coordinator_->is_primary()) {
+      Status committed = Commit();
+      // Best effort: a peer that cannot read this times out on its own.
+      (void)coordinator_->KeyValueSet(Key("result"), committed.ok()
+                                                         ? std::string("ok")
+                                                         : committed.ToString());
+      return committed;
+    }
+    return AwaitCommit();
   }
 
  private:
+  std::string Key(const std::string& name) const { return id_ + "/" + name; }
+
   // Every process reports the outcome of a phase, then meets the others at
   // the phase's barrier: a failure anywhere fails the phase everywhere, so
   // no process waits for a peer that has given up and nothing is committed
-  // after a failed write. A process that never arrives (dead or stalled)
-  // makes the barrier time out on the others.
+  // after a failed write.
   Status Agree(const std::string& phase, const Status& local) {
-    const std::string key = id_ + "/" + phase;
-    const std::string failed_key = key + "/failed";
-    const std::string self = "process " + std::to_string(coordinator_->process_index());
+    const std::string failed_key = Key(phase + "/failed");
     if (!local.ok()) {
-      // Best effort: if a peer has already recorded its failure, this
-      // process's own error is still returned to it below.
-      (void)coordinator_->KeyValueSet(failed_key, self + ": " + local.ToString());
+      Status reported = coordinator_->KeyValueSet(
+          failed_key, "process " + std::to_string(coordinator_->process_index()) +
+                          ": " + local.ToString());
+      // AlreadyExists: a peer has reported a failure already, which is
+      // enough. Otherwise the others cannot learn of this failure, so this
+      // process must not arrive: they time out instead of committing.
+      if (!reported.ok() && reported.code() != StatusCode::kAlreadyExists) return local;
     }
-    Status barrier = coordinator_->Barrier(key, options_.timeout_s);
+    Status barrier = coordinator_->Barrier(Key(phase), options_.timeout_s);
     if (!local.ok()) return local;
     if (!barrier.ok()) return barrier.WithContext("save of " + request_.path);
     SK_ASSIGN_OR_RETURN(std::optional<std::string> failure,
@@ -184,6 +215,31 @@ class SaveOperation {
                             phase + "' because " + *failure);
     }
     return Status::Ok();
+  }
+
+  // Step 6 on a non-primary process.
+  Status AwaitCommit() {
+    Result<std::string> result =
+        coordinator_->KeyValueGet(Key("result"), options_.timeout_s);
+    if (!result.ok() && result.status().code() == StatusCode::kTimeout) {
+      Status claim = coordinator_->KeyValueSet(Key("outcome"), "abort");
+      std::optional<std::string> outcome = std::string("abort");
+      if (claim.code() == StatusCode::kAlreadyExists) {
+        SK_ASSIGN_OR_RETURN(outcome, coordinator_->KeyValueTryGet(Key("outcome")));
+      }
+      if (outcome != "commit") {
+        return TimeoutError("save of " + request_.path + ": the primary (process 0) " +
+                            "did not report the commit within " +
+                            FormatSeconds(options_.timeout_s) + "; nothing was committed");
+      }
+      // The primary claimed the commit first: its result decides.
+      result = coordinator_->KeyValueGet(Key("result"), options_.timeout_s);
+    }
+    SK_RETURN_IF_ERROR(result.status().WithContext(
+        "save of " + request_.path + ": waiting for the primary's commit"));
+    if (*result == "ok") return Status::Ok();
+    return CancelledError("save of " + request_.path +
+                          " was not committed because the primary failed: " + *result);
   }
 
   Status PrepareTemporaryDir() {
@@ -250,23 +306,37 @@ class SaveOperation {
     SK_RETURN_IF_ERROR(storage_->WriteAll(tmp_ + "/" + format::kCommitFileName,
                                           format::EncodeCommitRecord(record), true));
     SK_RETURN_IF_ERROR(storage_->SyncDir(tmp_));
+    Status claim = coordinator_->KeyValueSet(Key("outcome"), "commit");
+    if (claim.code() == StatusCode::kAlreadyExists) {
+      return CancelledError("save of " + request_.path +
+                            " not committed: other processes stopped waiting for the "
+                            "commit (Options::timeout_s)");
+    }
+    SK_RETURN_IF_ERROR(claim);
     return MakeVisible();
   }
 
   Status MakeVisible() {
     const std::string& path = request_.path;
     const std::string old = path + kOldSuffix;
-    SK_ASSIGN_OR_RETURN(bool exists, storage_->Exists(path));
-    if (exists) {
+    SK_ASSIGN_OR_RETURN(bool replacing, storage_->Exists(path));
+    if (replacing) {
       // Replacing (force): move the old one aside so the rename below lands
       // on a free name; the window without a checkpoint at <path> is two
       // renames long, and the old one survives it at <path>.shardkeep-old.
       SK_RETURN_IF_ERROR(storage_->DeleteRecursive(old));
       SK_RETURN_IF_ERROR(storage_->Rename(path, old));
     }
-    SK_RETURN_IF_ERROR(storage_->Rename(tmp_, path));
-    SK_RETURN_IF_ERROR(storage_->SyncDir(ParentDir(path)));
-    if (exists) SK_RETURN_IF_ERROR(storage_->DeleteRecursive(old));
+    Status renamed = storage_->Rename(tmp_, path);
+    Status synced = renamed.ok() ? storage_->SyncDir(ParentDir(path)) : renamed;
+    if (!synced.ok()) {
+      // Not durable, so not committed: put everything back as it was.
+      if (renamed.ok()) (void)storage_->Rename(path, tmp_);
+      if (replacing) (void)storage_->Rename(old, path);
+      return synced;
+    }
+    // Committed. A leftover old folder is removed by the next replace.
+    if (replacing) (void)storage_->DeleteRecursive(old);
     return Status::Ok();
   }
 

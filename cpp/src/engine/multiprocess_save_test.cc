@@ -1,0 +1,509 @@
+// The commit protocol with four simulated processes: threads that each save
+// their own shards through their own coordinator (a SimulatedGroup member)
+// onto one shared memory storage. Each process reaches the storage through
+// its own FaultInjectionStorage, which records what the process modifies and
+// fails, stalls or kills the process where a test says.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "coord/simulated_group.h"
+#include "format/checkpointable_meta.h"
+#include "shardkeep/checkpoint.h"
+#include "storage/fault_injection.h"
+#include "testing/status_matchers.h"
+
+namespace shardkeep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int kProcesses = 4;
+constexpr uint64_t kRows = 16, kCols = 8, kBlockRows = kRows / kProcesses;
+constexpr char kPath[] = "root/ckpt";
+constexpr char kTmp[] = "root/ckpt.shardkeep-tmp";
+
+// The job's state: "w", 16x8 float32 split in four row blocks, process p
+// holding block p; "bias", 8 float32 replicated on every process and
+// written by process 0 alone.
+struct TrainState {
+  explicit TrainState(float seed) : w(kRows * kCols), bias(kCols) {
+    for (size_t i = 0; i < w.size(); ++i) w[i] = seed + static_cast<float>(i);
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = -seed - static_cast<float>(i);
+  }
+  std::vector<float> w, bias;
+};
+
+std::string StateMetaJson() {
+  format::CheckpointableMeta meta;
+  meta.kind = "pytree";
+  meta.tree = {{"type", "dict"}};
+  format::LeafMeta w;
+  w.path = "w";
+  w.dtype = "float32";
+  w.shape = {kRows, kCols};
+  format::LeafMeta bias;
+  bias.path = "bias";
+  bias.dtype = "float32";
+  bias.shape = {kCols};
+  meta.leaves = {w, bias};
+  return format::EncodeCheckpointableMeta(meta);
+}
+
+const uint8_t* Bytes(const float* data) {
+  return reinterpret_cast<const uint8_t*>(data);
+}
+
+// A fresh SaveRequest::operation_id: every process of one save passes the
+// same one. (The engine's own numbering counts StartSave calls per OS
+// process, so threads simulating processes would each get another.)
+std::string NextOperationId() {
+  static std::atomic<int> next{0};
+  return "test-" + std::to_string(next++);
+}
+
+// What process `p` asks to save: its block of w, bias on process 0, and the
+// "dataset" bytes (given by all, written by the primary).
+SaveRequest RequestOf(int p, const TrainState& state, const std::string& operation_id) {
+  SaveRequest request;
+  request.path = kPath;
+  request.operation_id = operation_id;
+  request.step = 3;
+  CheckpointablePayload part;
+  part.name = "state";
+  part.kind = "pytree";
+  part.meta_json = StateMetaJson();
+  const uint64_t row = p * kBlockRows;
+  part.shards.push_back({0, DType::kFloat32, Box{{row, 0}, {kBlockRows, kCols}},
+                         Bytes(state.w.data() + row * kCols)});
+  if (p == 0) {
+    part.shards.push_back(
+        {1, DType::kFloat32, Box{{0}, {kCols}}, Bytes(state.bias.data())});
+  }
+  request.parts.push_back(std::move(part));
+  CheckpointablePayload dataset;
+  dataset.name = "dataset";
+  dataset.kind = "bytes";
+  dataset.meta_json = R"({"kind": "bytes"})";
+  dataset.value = "loader-position-42";
+  request.parts.push_back(std::move(dataset));
+  return request;
+}
+
+Options TestOptions(double timeout_s) {
+  Options options;
+  // A chunk per row and a data file per two chunks: every process makes
+  // each kind of storage call more than once. One writer thread keeps the
+  // order of a process's calls, and so the fault tests, deterministic.
+  options.chunk_bytes = kCols * sizeof(float);
+  options.data_file_bytes = 2 * options.chunk_bytes;
+  options.io_threads = 1;
+  options.timeout_s = timeout_s;
+  return options;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Runs `process(p)` for every process at once, each on a thread of its own;
+// their statuses.
+std::vector<Status> RunProcesses(const std::function<Status(int p)>& process) {
+  std::vector<Status> statuses(kProcesses);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kProcesses; ++p) {
+    threads.emplace_back([&, p] { statuses[p] = process(p); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return statuses;
+}
+
+// The storage calls that change something; the ones a process records.
+bool Modifies(std::string_view op) {
+  static const std::set<std::string_view> kOps = {
+      "WriteAll", "OpenForAppend", "CreateDir", "DeleteFile", "DeleteRecursive",
+      "Rename"};
+  return kOps.count(op) > 0;
+}
+
+// Decides the outcome of one storage call of process `p`, like a
+// FaultInjectionStorage::Hook.
+using Fault = std::function<Status(int p, std::string_view op, const std::string& path)>;
+
+// Four processes' views of one shared storage.
+class Job {
+ public:
+  Job() : shared_(NewMemoryStorage()) {
+    for (int p = 0; p < kProcesses; ++p) {
+      auto view = std::make_shared<FaultInjectionStorage>(shared_);
+      view->FailOn([this, p](std::string_view op, const std::string& path) {
+        return Before(p, op, path);
+      });
+      views_.push_back(std::move(view));
+    }
+  }
+
+  // REQUIRES: no save running.
+  void Inject(Fault fault) { fault_ = std::move(fault); }
+
+  const std::shared_ptr<Storage>& shared() const { return shared_; }
+  const std::shared_ptr<FaultInjectionStorage>& view(int p) const { return views_[p]; }
+
+  // "<op> <path>" for each modifying call process p made, in order.
+  std::vector<std::string> Modified(int p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return modified_[p];
+  }
+
+  // Every process saves `state` with `group` at once; their statuses.
+  std::vector<Status> SaveAll(SimulatedGroup& group, const TrainState& state,
+                              const Options& options) {
+    const std::string operation_id = NextOperationId();
+    return RunProcesses([&](int p) {
+      return Save(views_[p], group.Member(p), RequestOf(p, state, operation_id),
+                  options);
+    });
+  }
+
+ private:
+  Status Before(int p, std::string_view op, const std::string& path) {
+    if (Modifies(op)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      modified_[p].push_back(std::string(op) + " " + path);
+    }
+    return fault_ ? fault_(p, op, path) : Status::Ok();
+  }
+
+  const std::shared_ptr<Storage> shared_;
+  std::vector<std::shared_ptr<FaultInjectionStorage>> views_;
+  Fault fault_;
+  mutable std::mutex mu_;
+  std::vector<std::string> modified_[kProcesses];
+};
+
+// Expects no checkpoint at kPath; returns whether there is none.
+bool ExpectNothingCommitted(const std::shared_ptr<Storage>& storage) {
+  const Status status = CheckpointReader::Open(storage, kPath).status();
+  EXPECT_TRUE(status.code() == StatusCode::kNotFound)
+      << (status.ok() ? "a failed save committed a checkpoint" : status.ToString());
+  return status.code() == StatusCode::kNotFound;
+}
+
+// Opens the checkpoint at kPath and checks every element, the commit
+// record and the bytes checkpointable against `state`.
+void ExpectCheckpointHolds(const std::shared_ptr<Storage>& storage,
+                           const TrainState& state) {
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, kPath));
+  std::vector<float> w(kRows * kCols, -1.f), bias(kCols, -1.f);
+  SK_ASSERT_OK(reader->Read(
+      "state",
+      {{0, DType::kFloat32, Box{{0, 0}, {kRows, kCols}},
+        reinterpret_cast<uint8_t*>(w.data())},
+       {1, DType::kFloat32, Box{{0}, {kCols}}, reinterpret_cast<uint8_t*>(bias.data())}},
+      TestOptions(5)));
+  EXPECT_EQ(w, state.w);
+  EXPECT_EQ(bias, state.bias);
+  const nlohmann::json commit = nlohmann::json::parse(reader->commit_json());
+  EXPECT_EQ(commit["process_count"], kProcesses);
+  EXPECT_EQ(commit["index_files"]["state"],
+            nlohmann::json({"index/p0.idx", "index/p1.idx", "index/p2.idx",
+                            "index/p3.idx"}));
+  SK_ASSERT_OK_AND_ASSIGN(std::string value, reader->ReadValue("dataset"));
+  EXPECT_EQ(value, "loader-position-42");
+  SK_ASSERT_OK_AND_ASSIGN(bool tmp_left, storage->Exists(kTmp));
+  EXPECT_FALSE(tmp_left);
+}
+
+void ExpectAllOk(const std::vector<Status>& statuses) {
+  for (int p = 0; p < kProcesses; ++p) {
+    EXPECT_TRUE(statuses[p].ok()) << "process " << p << ": " << statuses[p].ToString();
+  }
+}
+
+TEST(MultiprocessSaveTest, AllProcessesSaveTheirShards) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  TrainState state(0.5f);
+  ExpectAllOk(job.SaveAll(group, state, TestOptions(5)));
+  ExpectCheckpointHolds(job.shared(), state);
+
+  // The primary wrote the commit and every meta.json; the others wrote only
+  // their own data files and index, inside the temporary folder.
+  const std::vector<std::string> primary = job.Modified(0);
+  for (const std::string& written :
+       {std::string("WriteAll ") + kTmp + "/_SHARDKEEP",
+        std::string("WriteAll ") + kTmp + "/state/meta.json",
+        std::string("WriteAll ") + kTmp + "/dataset/meta.json",
+        std::string("Rename ") + kTmp}) {
+    EXPECT_EQ(std::count(primary.begin(), primary.end(), written), 1) << written;
+  }
+  for (int p = 1; p < kProcesses; ++p) {
+    const std::string data = kTmp + std::string("/state/data/p") + std::to_string(p) + "-";
+    const std::string index =
+        "WriteAll " + std::string(kTmp) + "/state/index/p" + std::to_string(p) + ".idx";
+    const std::vector<std::string> writes = job.Modified(p);
+    EXPECT_FALSE(writes.empty());
+    for (const std::string& write : writes) {
+      EXPECT_TRUE(write.starts_with("OpenForAppend " + data) || write == index)
+          << "process " << p << " wrote: " << write;
+    }
+  }
+}
+
+// Every storage call the protocol's steps make, and the occurrences of each
+// to fail: the first, the second and the last one a process makes.
+const std::vector<std::string> kFaultOps = {"OpenForAppend", "Append", "Sync",
+                                            "Close", "WriteAll", "CreateDir",
+                                            "SyncDir", "Rename"};
+
+TEST(MultiprocessSaveTest, StorageFailureOnOneProcessFailsEveryProcess) {
+  // How often each process makes each call in a save without faults.
+  Job baseline;
+  SimulatedGroup baseline_group(kProcesses);
+  ExpectAllOk(baseline.SaveAll(baseline_group, TrainState(0.5f), TestOptions(5)));
+  ASSERT_FALSE(HasFailure()) << "no baseline to inject faults into";
+
+  std::set<std::string> reached;
+  for (int failing : {0, 2}) {
+    for (const std::string& op : kFaultOps) {
+      const int calls = baseline.view(failing)->Count(op);
+      for (int occurrence : std::set<int>{1, 2, calls}) {
+        if (occurrence < 1 || occurrence > calls) continue;  // never reached
+        SCOPED_TRACE("process " + std::to_string(failing) + " fails " + op + " #" +
+                     std::to_string(occurrence));
+        Job job;
+        SimulatedGroup group(kProcesses);
+        std::atomic<int> seen{0};
+        std::atomic<bool> fired{false};
+        job.Inject([&](int p, std::string_view called, const std::string& path) {
+          if (p != failing || called != op || ++seen != occurrence) return Status::Ok();
+          fired = true;
+          return StorageError("injected " + op + " failure at " + path);
+        });
+        const auto start = Clock::now();
+        std::vector<Status> statuses = job.SaveAll(group, TrainState(0.5f), TestOptions(5));
+        EXPECT_LT(SecondsSince(start), 4.0);
+        ASSERT_TRUE(fired);
+        reached.insert(op);
+        for (int p = 0; p < kProcesses; ++p) {
+          const Status& status = statuses[p];
+          ASSERT_FALSE(status.ok()) << "process " << p << " succeeded";
+          if (p == failing) {
+            EXPECT_EQ(status.code(), StatusCode::kStorage) << status.ToString();
+            EXPECT_NE(status.message().find("injected"), std::string::npos)
+                << status.ToString();
+          } else {
+            EXPECT_EQ(status.code(), StatusCode::kCancelled)
+                << "process " << p << ": " << status.ToString();
+          }
+        }
+        // A retry after a commit could only fail with AlreadyExists.
+        if (!ExpectNothingCommitted(job.shared())) continue;
+
+        // The same processes and storage try again, without faults.
+        job.Inject(nullptr);
+        TrainState next(100.f);
+        ExpectAllOk(job.SaveAll(group, next, TestOptions(5)));
+        ExpectCheckpointHolds(job.shared(), next);
+      }
+    }
+  }
+  EXPECT_EQ(reached, std::set<std::string>(kFaultOps.begin(), kFaultOps.end()));
+}
+
+// Checks that the survivors of a dead or stalled process `absent` timed out
+// naming it.
+void ExpectTimedOutWaitingFor(int absent, const std::vector<Status>& statuses) {
+  for (int p = 0; p < kProcesses; ++p) {
+    if (p == absent) continue;
+    EXPECT_EQ(statuses[p].code(), StatusCode::kTimeout)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("process " + std::to_string(absent) +
+                                         " did not arrive"),
+              std::string::npos)
+        << statuses[p].ToString();
+  }
+}
+
+TEST(MultiprocessSaveTest, ProcessDeadFromTheStartTimesOutTheOthers) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  group.Kill(3);
+  const auto start = Clock::now();
+  std::vector<Status> statuses = job.SaveAll(group, TrainState(0.5f), TestOptions(0.5));
+  EXPECT_LT(SecondsSince(start), 2.0);
+  EXPECT_EQ(statuses[3].code(), StatusCode::kCancelled) << statuses[3].ToString();
+  ExpectTimedOutWaitingFor(3, statuses);
+  ExpectNothingCommitted(job.shared());
+
+  SimulatedGroup restarted(kProcesses);
+  TrainState state(7.f);
+  ExpectAllOk(job.SaveAll(restarted, state, TestOptions(0.5)));
+  ExpectCheckpointHolds(job.shared(), state);
+}
+
+TEST(MultiprocessSaveTest, ProcessDyingAsItWritesTimesOutTheOthers) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  job.Inject([&](int p, std::string_view op, const std::string&) {
+    if (p != 2 || op != "OpenForAppend") return Status::Ok();
+    group.Kill(2);
+    return StorageError("process 2 crashed");
+  });
+  const auto start = Clock::now();
+  std::vector<Status> statuses = job.SaveAll(group, TrainState(0.5f), TestOptions(0.5));
+  EXPECT_LT(SecondsSince(start), 2.0);
+  EXPECT_FALSE(statuses[2].ok());
+  ExpectTimedOutWaitingFor(2, statuses);
+  ExpectNothingCommitted(job.shared());
+
+  job.Inject(nullptr);
+  SimulatedGroup restarted(kProcesses);
+  TrainState state(7.f);
+  ExpectAllOk(job.SaveAll(restarted, state, TestOptions(0.5)));
+  ExpectCheckpointHolds(job.shared(), state);
+}
+
+TEST(MultiprocessSaveTest, StalledProcessTimesOutTheOthers) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  std::atomic<bool> stalled{false};
+  job.Inject([&](int p, std::string_view op, const std::string&) {
+    if (p == 1 && op == "Append" && !stalled.exchange(true)) {
+      std::this_thread::sleep_for(milliseconds(2000));
+    }
+    return Status::Ok();
+  });
+  const TrainState state(0.5f);
+  const std::string operation_id = NextOperationId();
+  std::vector<double> finished_s(kProcesses);
+  const auto start = Clock::now();
+  std::vector<Status> statuses = RunProcesses([&](int p) {
+    Status status = Save(job.view(p), group.Member(p),
+                         RequestOf(p, state, operation_id), TestOptions(0.5));
+    finished_s[p] = SecondsSince(start);
+    return status;
+  });
+  ASSERT_TRUE(stalled);
+  ExpectTimedOutWaitingFor(1, statuses);
+  for (int p : {0, 2, 3}) {
+    EXPECT_LT(finished_s[p], 1.5) << "process " << p << " waited for the stalled one";
+  }
+  // The stalled process finds, when it wakes, that the others gave up.
+  EXPECT_EQ(statuses[1].code(), StatusCode::kTimeout) << statuses[1].ToString();
+  ExpectNothingCommitted(job.shared());
+}
+
+TEST(MultiprocessSaveTest, PrimaryStalledBeforeCommitDoesNotCommitAfterOthersGaveUp) {
+  // The primary stalls writing _SHARDKEEP, past the others' timeout: they
+  // give up waiting at the last barrier and report failure, so the
+  // primary must not make the checkpoint visible when it wakes.
+  Job job;
+  SimulatedGroup group(kProcesses);
+  job.Inject([&](int p, std::string_view op, const std::string& path) {
+    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
+      std::this_thread::sleep_for(milliseconds(1500));
+    }
+    return Status::Ok();
+  });
+  std::vector<Status> statuses = job.SaveAll(group, TrainState(0.5f), TestOptions(0.5));
+  for (int p = 1; p < kProcesses; ++p) {
+    EXPECT_EQ(statuses[p].code(), StatusCode::kTimeout) << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("primary (process 0) did not report the commit"),
+              std::string::npos)
+        << statuses[p].ToString();
+  }
+  EXPECT_EQ(statuses[0].code(), StatusCode::kCancelled) << statuses[0].ToString();
+  ExpectNothingCommitted(job.shared());
+}
+
+// Process `lossy`'s coordinator as seen through a connection that loses
+// every key-value write; barriers and reads still reach the group.
+class LosesKeyValueSets final : public Coordinator {
+ public:
+  explicit LosesKeyValueSets(std::shared_ptr<Coordinator> member)
+      : member_(std::move(member)) {}
+  int process_index() const override { return member_->process_index(); }
+  int process_count() const override { return member_->process_count(); }
+  Status Barrier(const std::string& key, double timeout_s) override {
+    return member_->Barrier(key, timeout_s);
+  }
+  Status KeyValueSet(const std::string& key, const std::string&) override {
+    return TimeoutError("setting '" + key + "': coordination service unreachable");
+  }
+  Result<std::string> KeyValueGet(const std::string& key, double timeout_s) override {
+    return member_->KeyValueGet(key, timeout_s);
+  }
+  Result<std::optional<std::string>> KeyValueTryGet(const std::string& key) override {
+    return member_->KeyValueTryGet(key);
+  }
+
+ private:
+  const std::shared_ptr<Coordinator> member_;
+};
+
+TEST(MultiprocessSaveTest, FailureWhoseReportIsLostStillFailsTheSave) {
+  // Process 2 fails to write and cannot record its failure: the others
+  // must not take its silence for success and commit without its shards.
+  Job job;
+  SimulatedGroup group(kProcesses);
+  job.Inject([](int p, std::string_view op, const std::string& path) {
+    return p == 2 && op == "Append" ? StorageError("injected failure at " + path)
+                                    : Status::Ok();
+  });
+  const TrainState state(0.5f);
+  const std::string operation_id = NextOperationId();
+  const auto start = Clock::now();
+  std::vector<Status> statuses = RunProcesses([&](int p) {
+    std::shared_ptr<Coordinator> coordinator = group.Member(p);
+    if (p == 2) coordinator = std::make_shared<LosesKeyValueSets>(coordinator);
+    return Save(job.view(p), coordinator, RequestOf(p, state, operation_id),
+                TestOptions(0.5));
+  });
+  EXPECT_LT(SecondsSince(start), 2.0);
+  for (int p = 0; p < kProcesses; ++p) {
+    EXPECT_FALSE(statuses[p].ok()) << "process " << p << " succeeded";
+  }
+  ExpectNothingCommitted(job.shared());
+}
+
+TEST(MultiprocessSaveTest, InvalidShardOnOneProcessFailsStartSaveEverywhere) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  const TrainState state(0.5f);
+  const std::string operation_id = NextOperationId();
+  std::vector<Status> statuses = RunProcesses([&](int p) {
+    SaveRequest request = RequestOf(p, state, operation_id);
+    if (p == 2) {
+      // Rows 14..17 of a 16-row leaf.
+      request.parts[0].shards[0].box = Box{{kRows - 2, 0}, {kBlockRows, kCols}};
+    }
+    // The blocking phase agrees on the request: StartSave itself fails.
+    return StartSave(job.view(p), group.Member(p), std::move(request), TestOptions(5))
+        .status();
+  });
+  EXPECT_EQ(statuses[2].code(), StatusCode::kInvalidArgument) << statuses[2].ToString();
+  EXPECT_NE(statuses[2].message().find("outside shape"), std::string::npos);
+  for (int p : {0, 1, 3}) {
+    EXPECT_EQ(statuses[p].code(), StatusCode::kCancelled)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("process 2"), std::string::npos)
+        << statuses[p].ToString();
+  }
+  for (int p = 0; p < kProcesses; ++p) {
+    EXPECT_EQ(job.view(p)->Count("OpenForAppend"), 0) << "process " << p << " wrote data";
+  }
+  ExpectNothingCommitted(job.shared());
+}
+
+}  // namespace
+}  // namespace shardkeep
