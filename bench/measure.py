@@ -1,0 +1,339 @@
+"""One measurement in a fresh process: python measure.py TOOL WORKLOAD OP --out FILE.
+
+TOOL is a tool configuration from tools.py or "floor"; OP is one of
+
+  save          durable save (returns after the checkpoint is complete and fsynced)
+  async_save    blocking part of an asynchronous save (then waits, timed apart)
+  load_cold     load onto the saved sharding, checkpoint files evicted from the page cache
+  load_warm     the same with the files in the page cache
+  reshard_cold  load onto a (2, 4) mesh, tensor x FSDP sharding, files evicted
+  reshard_warm  the same with the files in the page cache
+  load          load as is (tmpfs, where the page cache is the storage)
+  write         floor: sequential write of the state's byte count, 64 MiB writes, fsync
+  read_cold     floor: sequential read of that file after eviction, 64 MiB reads
+  read_warm     floor: the same read with the file in the page cache
+  memcpy        floor: one numpy copy of a buffer of the state's size
+
+Loads read the checkpoint that the same tool's "save" left at
+ROOT/TOOL/WORKLOAD/ckpt. Peak RSS is the kernel's VmHWM, reset just before
+the timed operation (/proc/self/clear_refs), so it covers that operation
+and whatever the process already held (the state, for saves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "--num-processes" not in sys.argv:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402
+
+CHUNK = 64 << 20
+
+
+def status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def files_under(path: str) -> list[str]:
+    if os.path.isfile(path):
+        return [path]
+    return [os.path.join(d, name) for d, _, names in os.walk(path) for name in names]
+
+
+def evict(path: str, drop_caches: bool) -> dict:
+    """Makes the files under ``path`` cold: drops the whole page cache when
+    asked to (root only), else evicts just these files with
+    POSIX_FADV_DONTNEED. Returns the method and the bytes still resident."""
+    os.sync()
+    method = None
+    if drop_caches:
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3")
+            method = "drop_caches"
+        except OSError as e:
+            method = f"fadvise (drop_caches failed: {e.strerror})"
+    files = files_under(path)
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return {"method": method or "fadvise", "resident_bytes": resident_bytes(files)}
+
+
+def resident_bytes(files: list[str]) -> int | None:
+    """Bytes of ``files`` in the page cache, from util-linux fincore."""
+    if not files or shutil.which("fincore") is None:
+        return None
+    total = 0
+    for start in range(0, len(files), 500):
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES"]
+                             + files[start:start + 500], capture_output=True, text=True)
+        if out.returncode != 0:
+            return None
+        total += sum(int(v) for v in out.stdout.split())
+    return total
+
+
+def warm(path: str) -> None:
+    buffer = bytearray(8 << 20)
+    for name in files_under(path):
+        with open(name, "rb", buffering=0) as f:
+            while f.readinto(buffer):
+                pass
+
+
+def get_leaf(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def verify(tool, workload: str, scale: str, loaded) -> bool:
+    """Spot check: the first and last leaves equal the values that were saved."""
+    import numpy as np
+    leaves = workloads.leaves(workload, scale)
+    for leaf in (leaves[0], leaves[-1]):
+        value = get_leaf(loaded, leaf.path)
+        if tool.framework == "torch":
+            import torch
+            value = value.view(torch.int16).numpy() if value.dtype == torch.bfloat16 else value.numpy()
+            expected = workloads.leaf_values(leaf)
+            expected = expected.view(np.int16) if leaf.dtype == "bfloat16" else expected
+        else:
+            expected = workloads.leaf_values(leaf)
+            for shard in value.addressable_shards:
+                if np.asarray(shard.data).tobytes() != expected[shard.index].tobytes():
+                    return False
+            continue
+        if value.shape != expected.shape or value.tobytes() != expected.tobytes():
+            return False
+    return True
+
+
+def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) -> dict:
+    import numpy as np
+    size = workloads.state_bytes(workload, scale)
+    path = os.path.join(root, "floor", workload, "data.bin")
+    result: dict = {"bytes": size}
+    if op == "write":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        block = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8).tobytes()
+        reset_peak_rss()
+        start = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        left = size
+        while left:
+            left -= os.write(fd, memoryview(block)[:min(left, CHUNK)])
+        os.fsync(fd)
+        os.close(fd)
+        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        os.fsync(dir_fd)
+        os.close(dir_fd)
+        result["seconds"] = time.perf_counter() - start
+    elif op in ("read_cold", "read_warm", "load"):
+        if op == "read_cold":
+            result["cold"] = evict(path, drop_caches)
+        else:
+            warm(path)
+        buffer = bytearray(CHUNK)
+        reset_peak_rss()
+        start = time.perf_counter()
+        total = 0
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buffer):
+                total += n
+        result["seconds"] = time.perf_counter() - start
+        assert total == size, (total, size)
+    elif op == "memcpy":
+        src = np.ones(size, np.uint8)
+        reset_peak_rss()
+        start = time.perf_counter()
+        dst = src.copy()
+        result["seconds"] = time.perf_counter() - start
+        del dst
+    else:
+        raise ValueError(f"floor has no op {op!r}")
+    return result
+
+
+def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
+             drop_caches: bool) -> dict:
+    import tools
+    tool = tools.make(tool_name)
+    base = os.path.join(root, tool_name, workload)
+    ckpt = os.path.join(base, "ckpt")
+    result: dict = {"bytes": workloads.state_bytes(workload, scale), "version": tool.version()}
+    if tool.framework == "jax":
+        import jax
+        jax.devices()
+    result["runtime_rss_kib"] = status_kib("VmRSS")
+    if op == "save_tiny":
+        return result | save_tiny(tool, base)
+    if op in ("save", "async_save"):
+        state = tools.state_for(tool, workload, scale)
+        if tool.framework == "jax":
+            tools.block_until_ready(state)
+        path = ckpt if op == "save" else os.path.join(base, "async")
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(base, exist_ok=True)
+        tool.prepare(op)
+        gc.collect()
+        result["rss_before_kib"] = status_kib("VmRSS")
+        barrier("save")
+        reset_peak_rss()
+        start = time.perf_counter()
+        if op == "save":
+            tool.save(path, state)
+            result["seconds"] = time.perf_counter() - start
+        else:
+            wait = tool.save_async(path, state)
+            result["seconds"] = time.perf_counter() - start
+            wait()
+            result["total_seconds"] = time.perf_counter() - start
+        result["stored_bytes"] = sum(os.path.getsize(f) for f in files_under(path))
+        if op == "async_save":
+            tool.close()
+            shutil.rmtree(path, ignore_errors=True)
+        return result
+    layout = "tp" if op.startswith("reshard") else "fsdp"
+    if tool.framework == "torch" and layout == "tp":
+        raise NotApplicable("DCP holds plain (unsharded) tensors in one process: no resharding")
+    if not os.path.exists(ckpt):
+        raise FileNotFoundError(f"{ckpt}: run the save op of {tool_name} {workload} first")
+    if op.endswith("_cold"):
+        result["cold"] = evict(ckpt, drop_caches)
+    elif op.endswith("_warm"):
+        warm(ckpt)
+    target = tools.target_for(tool, workload, scale, layout)
+    tool.prepare(op)
+    gc.collect()
+    result["rss_before_kib"] = status_kib("VmRSS")
+    barrier("load")
+    reset_peak_rss()
+    start = time.perf_counter()
+    loaded = tool.load(ckpt, target)
+    result["seconds"] = time.perf_counter() - start
+    result["peak_rss_kib"] = status_kib("VmHWM")
+    result["verified"] = verify(tool, workload, scale, loaded)
+    return result
+
+
+def save_tiny(tool, base: str, count: int = 5) -> dict:
+    """Per-save fixed cost: saves of one 8x8 array sharded over all devices
+    (one warm-up, then the median of ``count``). In a multi-process job the
+    difference to one process is the coordination overhead."""
+    import statistics
+
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    if tool.framework != "jax":
+        raise NotApplicable("save_tiny is measured for the JAX tools")
+    sharding = NamedSharding(workloads.fsdp_mesh(), P("fsdp"))
+    tree = {"x": jax.make_array_from_callback(
+        (8, 8), sharding, lambda index: np.ones((8, 8), np.float32)[index])}
+    tool.prepare("save")
+    os.makedirs(base, exist_ok=True)
+    times = []
+    for i in range(count + 1):
+        path = os.path.join(base, f"tiny{i}")
+        barrier(f"tiny{i}")
+        start = time.perf_counter()
+        tool.save(path, tree)
+        times.append(time.perf_counter() - start)
+    return {"seconds": statistics.median(times[1:]), "all_seconds": times}
+
+
+def barrier(name: str) -> None:
+    """All processes of a multi-process job meet here (no-op alone)."""
+    import jax
+    if jax.process_count() > 1:
+        from jax._src import distributed
+        distributed.global_state.client.wait_at_barrier(f"bench-{name}", 600_000)
+
+
+class NotApplicable(Exception):
+    pass
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tool")
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4"])
+    parser.add_argument("op")
+    parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
+    parser.add_argument("--root", required=True, help="folder for checkpoints and floor files")
+    parser.add_argument("--out", required=True, help="JSON file to write ('-' for stdout)")
+    parser.add_argument("--drop-caches", action="store_true",
+                        help="cold ops drop the whole page cache (root only)")
+    parser.add_argument("--num-processes", type=int, default=1,
+                        help="worker of a multi-process job (multiprocess.py starts these)")
+    parser.add_argument("--process-id", type=int, default=0)
+    parser.add_argument("--coordinator", default=None)
+    args = parser.parse_args(argv)
+    if args.num_processes > 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_force_host_platform_device_count=4").strip()
+        import jax
+        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes,
+                                   process_id=args.process_id)
+    args.root = os.path.abspath(args.root)
+
+    baseline_kib = status_kib("VmRSS")
+    record = {"tool": args.tool, "workload": args.workload, "op": args.op,
+              "scale": args.scale, "pid": os.getpid(), "process_id": args.process_id}
+    try:
+        if args.tool == "floor":
+            record.update(run_floor(args.op, args.workload, args.scale, args.root,
+                                    args.drop_caches))
+        else:
+            record.update(run_tool(args.tool, args.op, args.workload, args.scale, args.root,
+                                   args.drop_caches))
+        record.setdefault("peak_rss_kib", status_kib("VmHWM"))
+        record["baseline_rss_kib"] = baseline_kib
+        record["ok"] = True
+    except NotApplicable as e:
+        record.update(ok=False, not_applicable=True, error=str(e))
+    except Exception as e:  # reported in the results, with its type
+        import traceback
+        traceback.print_exc()
+        record.update(ok=False, error=f"{type(e).__name__}: {e}")
+    text = json.dumps(record, indent=1)
+    if args.out == "-":
+        print(text)
+    else:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0 if record["ok"] or record.get("not_applicable") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

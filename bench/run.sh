@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The benchmark suite in one command: prepares bench/.venv (shardkeep built
+# from this repository, plus orbax-checkpoint and the CPU build of PyTorch
+# 2.13.0 as peers), then runs every workload for every tool, interleaved, and
+# writes bench/results.json and bench/RESULTS.md. See bench/README.md.
+#
+#   bench/run.sh                      # full sizes, 3 repetitions
+#   bench/run.sh --scale small --reps 1
+#   bench/run.sh --drop-caches        # cold loads drop the page cache (root)
+#
+# Every flag is passed to bench/suite.py (--help lists them). BENCH_SCALE and
+# BENCH_REPS set the defaults; BENCH_VENV picks another virtual environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${BENCH_VENV:-bench/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+pip=("$venv/bin/pip" install -q --disable-pip-version-check)
+"${pip[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" numpy ml_dtypes jax
+# Own build folder, so the suite never touches build/ of the developers.
+"${pip[@]}" --no-build-isolation -C build-dir=bench/.build/py .
+# Peers are optional: one that does not install is reported as failed.
+# torch==2.13.0 is the CPU wheel on this machine's disk; an unpinned torch
+# would pull a CUDA build of several GB.
+"${pip[@]}" orbax-checkpoint || echo "bench: orbax-checkpoint did not install" >&2
+"${pip[@]}" "torch==2.13.0" || echo "bench: torch==2.13.0 did not install" >&2
+
+export JAX_PLATFORMS=cpu
+exec "$venv/bin/python" bench/suite.py --scale "${BENCH_SCALE:-full}" \
+  --reps "${BENCH_REPS:-3}" "$@"

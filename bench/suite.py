@@ -1,0 +1,242 @@
+"""Runs every workload for every tool, interleaved, and writes the results.
+
+Each repetition runs, for each workload, each tool's operations in turn
+(A B C A B C ...; the starting tool rotates per repetition), every
+measurement in a fresh process (measure.py). Writes results.json and
+RESULTS.md (report.py) into --out-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import report  # noqa: E402
+import workloads  # noqa: E402
+
+DEFAULT_TOOLS = ["shardkeep", "orbax", "orbax-tuned", "dcp", "dcp-tuned"]
+ALL_TOOLS = ["shardkeep", "shardkeep-zstd", "orbax", "orbax-nocompress", "orbax-tuned",
+             "dcp", "dcp-tuned"]
+JAX_OPS = {
+    "W1": ["save", "async_save", "load_cold", "load_warm", "reshard_cold", "reshard_warm",
+           "save_tiny"],
+    "W2": ["save", "load_cold", "load_warm"],
+    "W3": ["save", "load"],
+    "W4": ["save", "load_warm", "save_tiny"],
+}
+TORCH_OPS = {
+    "W1": ["save", "async_save", "load_cold", "load_warm"],
+    "W2": ["save", "load_cold", "load_warm"],
+    "W3": ["save", "load"],
+    "W4": ["save", "load_warm"],
+}
+FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"], "W3": ["write", "read_warm"]}
+
+
+def ops_for(tool: str, workload: str) -> list[str]:
+    if tool == "floor":
+        return FLOOR_OPS.get(workload, [])
+    return (TORCH_OPS if tool.startswith("dcp") else JAX_OPS)[workload]
+
+
+def root_for(workload: str, args) -> str:
+    return args.tmpfs_root if workload == "W3" else args.root
+
+
+def run_one(tool, workload, op, args, log) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    if workload == "W4":
+        script = [os.path.join(HERE, "multiprocess.py")]
+    else:
+        script = [os.path.join(HERE, "measure.py")]
+    cmd = [sys.executable] + script + [tool, workload, op, "--scale", args.scale,
+                                       "--root", root_for(workload, args), "--out", out]
+    if args.drop_caches:
+        cmd.append("--drop-caches")
+    start = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        stderr = proc.stderr
+    except subprocess.TimeoutExpired as e:
+        stderr = f"timed out after {args.timeout} s\n{e.stderr or ''}"
+    try:
+        with open(out) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        record = {"tool": tool, "workload": workload, "op": op, "ok": False,
+                  "error": _last_error_line(stderr)}
+    finally:
+        if os.path.exists(out):
+            os.remove(out)
+    if not record.get("ok") and not record.get("not_applicable"):
+        record.setdefault("stderr_tail", stderr[-3000:])
+    shown = (f"{record['seconds']:.3f} s" if record.get("ok")
+             else ("n/a" if record.get("not_applicable") else f"FAILED: {record.get('error')}"))
+    print(f"  {workload} {tool:<16} {op:<13} {shown}   ({time.time() - start:.0f} s wall)",
+          file=log, flush=True)
+    return record
+
+
+def _last_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def summarize(measurements: list[dict]) -> dict:
+    """{workload: {op: {tool: {median, min, max, n, ...}}}} over the repetitions."""
+    groups: dict = {}
+    for m in measurements:
+        groups.setdefault((m["workload"], m["op"], m["tool"]), []).append(m)
+    summary: dict = {}
+    for (workload, op, tool), records in groups.items():
+        good = [r for r in records if r.get("ok")]
+        entry: dict = {"n": len(good), "runs": len(records)}
+        if good:
+            seconds = [r["seconds"] for r in good]
+            entry.update(median=statistics.median(seconds), min=min(seconds), max=max(seconds))
+            for key in ("total_seconds", "peak_rss_kib", "rss_before_kib", "runtime_rss_kib",
+                        "stored_bytes"):
+                values = [r[key] for r in good if r.get(key) is not None]
+                if values:
+                    entry[key] = statistics.median(values)
+            entry["verified"] = all(r.get("verified", True) for r in good)
+            colds = [r["cold"] for r in good if "cold" in r]
+            if colds:
+                entry["cold_method"] = sorted({c["method"] for c in colds})
+                resident = [c["resident_bytes"] for c in colds if c["resident_bytes"] is not None]
+                entry["cold_resident_bytes_max"] = max(resident) if resident else None
+        failures = [r for r in records if not r.get("ok")]
+        if failures:
+            entry["error"] = failures[0].get("error")
+            entry["not_applicable"] = bool(failures[0].get("not_applicable"))
+        summary.setdefault(workload, {}).setdefault(op, {})[tool] = entry
+    return summary
+
+
+def machine_info() -> dict:
+    info = {"hostname": platform.node(), "kernel": platform.release(),
+            "python": platform.python_version(), "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
+                               if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    with open("/proc/meminfo") as f:
+        info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    return info
+
+
+def filesystem(path: str) -> str:
+    out = subprocess.run(["df", "-T", path], capture_output=True, text=True).stdout.splitlines()
+    if len(out) < 2:
+        return "unknown"
+    fields = out[1].split()
+    return f"{fields[0]} ({fields[1]})"
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for name in ("shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch",
+                 "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--", "python", "cpp"],
+                           capture_output=True, text=True).stdout.strip()
+    out["shardkeep_commit"] = commit + ("+uncommitted changes" if dirty else "")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
+                        help=f"comma-separated, from {','.join(ALL_TOOLS)}")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4")
+    parser.add_argument("--root", default=os.path.join(HERE, ".work", "ckpt"))
+    parser.add_argument("--tmpfs-root", default="/dev/shm/shardkeep-bench")
+    parser.add_argument("--drop-caches", action="store_true",
+                        help="cold loads drop the whole page cache (root only); without it, "
+                             "the checkpoint's own files are evicted with POSIX_FADV_DONTNEED")
+    parser.add_argument("--no-w4", dest="w4_reason", default=None,
+                        help="skip W4 and record this reason")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--out-dir", default=HERE)
+    args = parser.parse_args(argv)
+    args.root = os.path.abspath(args.root)
+    tools = [t for t in args.tools.split(",") if t]
+    unknown = set(tools) - set(ALL_TOOLS)
+    if unknown:
+        parser.error(f"unknown tools: {sorted(unknown)}")
+    wanted = [w for w in args.workloads.split(",") if w]
+    not_run = {}
+    if "W4" in wanted and args.w4_reason:
+        not_run["W4"] = args.w4_reason
+        wanted.remove("W4")
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    measurements = []
+    for rep in range(args.reps):
+        print(f"repetition {rep + 1}/{args.reps}", flush=True)
+        for workload in wanted:
+            lineup = ["floor"] + tools
+            shift = rep % len(lineup)
+            for tool in lineup[shift:] + lineup[:shift]:
+                if workload == "W4" and tool.startswith(("floor",)):
+                    continue
+                for op in ops_for(tool, workload):
+                    record = run_one(tool, workload, op, args, sys.stdout)
+                    record["rep"] = rep
+                    measurements.append(record)
+                shutil.rmtree(os.path.join(root_for(workload, args), tool, workload),
+                              ignore_errors=True)
+    for root in (args.root, args.tmpfs_root):
+        shutil.rmtree(root, ignore_errors=True)
+
+    results = {
+        "date": started.isoformat(timespec="seconds"),
+        "duration_s": round((datetime.datetime.now(datetime.timezone.utc) - started)
+                            .total_seconds()),
+        "machine": machine_info(),
+        "filesystems": {"disk": filesystem(os.path.dirname(args.root)),
+                        "tmpfs": filesystem("/dev/shm")},
+        "versions": versions(),
+        "config": {"scale": args.scale, "reps": args.reps, "tools": tools,
+                   "workloads": wanted, "drop_caches": args.drop_caches,
+                   "cores": os.cpu_count(),
+                   "state_bytes": {w: workloads.state_bytes(w, args.scale)
+                                   for w in ("W1", "W2")}},
+        "not_run": not_run,
+        "summary": summarize(measurements),
+        "measurements": measurements,
+    }
+    results["verdicts"] = report.verdicts(results)
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(args.out_dir, "RESULTS.md"), "w") as f:
+        f.write(report.render(results))
+    print(f"wrote {args.out_dir}/results.json and RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
