@@ -122,6 +122,14 @@ def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[
     _check_dtype(path, arr.dtype)
     meta = {"path": path, "kind": "array", "dtype": np.dtype(arr.dtype).name,
             "shape": list(arr.shape), "sharding": shardings.describe(arr.sharding)}
+    if jax.process_count() > 1 and arr.is_fully_addressable:
+        # A process-local array (e.g. jnp.asarray(step) in each process) is
+        # not part of a global array: every process has its own copy, like
+        # a numpy leaf, so only the primary writes it, whole.
+        meta["sharding"] = None
+        if jax.process_index() != 0:
+            return meta, []
+        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), arr)]
     if not replica_parallel:
         # replica_id 0 of each box is written exactly once over all processes.
         sources = [(shardings.box_of_index(s.index, arr.shape), s.data)

@@ -225,7 +225,8 @@ def python_runs_while_save_waits(path: str, delay_s: float) -> dict:
 def save_after_one_process_failed(path: str, timeout_s: float) -> dict:
     """Process 1 fails its first save before reaching the engine (a bad leaf);
     the others' save of that call times out. The next save must then work
-    everywhere: every process counted the failed call alike."""
+    everywhere: every process counted the failed call alike. It also holds
+    a process-local jax array, which must be written once."""
     state = {"w": np.arange(16, dtype=np.float32)}
     first = dict(state, bad=object()) if jax.process_index() == 1 else state
     try:
@@ -233,7 +234,10 @@ def save_after_one_process_failed(path: str, timeout_s: float) -> dict:
         first_error = None
     except sk.ShardkeepError as e:
         first_error = type(e).__name__
+    # A process-local jax array (each process has its own) is written once.
+    state["local"] = jax.numpy.asarray(5, dtype=jax.numpy.int32)
     sk.save(path, state, options=sk.Options(timeout_s=60.0))
     loaded = sk.load(path)
     return {"first_error": first_error,
-            "second_ok": bool(np.array_equal(loaded["w"], state["w"]))}
+            "second_ok": bool(np.array_equal(loaded["w"], state["w"])
+                              and int(loaded["local"]) == 5)}
