@@ -30,14 +30,17 @@ def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
     """
     saved = meta["leaves"]
     if target is None:
-        plans = [_plan_leaf(where, i, leaf, None) for i, leaf in enumerate(saved)]
-        values = _run(reader, name, plans, core_options)
+        puts = _DevicePuts()
+        plans = [_plan_leaf(where, i, leaf, None, puts) for i, leaf in enumerate(saved)]
+        values = _run(reader, name, plans, puts, core_options)
         return tree_codec.rebuild(meta["tree"], values)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, [leaf["path"] for leaf in saved], partial)
-    plans = [_plan_leaf(where, n, saved[n], t) for n, (_, t) in zip(numbers, keyed)]
-    return jax.tree_util.tree_unflatten(treedef, _run(reader, name, plans, core_options))
+    puts = _DevicePuts()
+    plans = [_plan_leaf(where, n, saved[n], t, puts) for n, (_, t) in zip(numbers, keyed)]
+    return jax.tree_util.tree_unflatten(treedef,
+                                        _run(reader, name, plans, puts, core_options))
 
 
 def _match(where: str, target_paths: list[str], saved_paths: list[str],
@@ -66,14 +69,51 @@ def _listing(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _run(reader, name: str, plans: list[_Plan], core_options) -> list:
+def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts", core_options) -> list:
     requests = [r for reqs, _ in plans for r in reqs]
     if requests:
         reader.read(name, requests, core_options)
+    puts.run()
     return [finish() for _, finish in plans]
 
 
-def _plan_leaf(where: str, number: int, saved: dict, target: Any) -> _Plan:
+class _DevicePuts:
+    """Host buffers to place on devices, placed by two batched device_put
+    calls for the whole tree instead of one call per shard (the per-call
+    overhead dominates loads of many small leaves).
+
+    device_put of a numpy array may alias it on the CPU backend, so a buffer
+    goes to its first device only; the other devices that hold the same box
+    get copies of that device's array, so that no two shards share memory.
+    """
+
+    def __init__(self):
+        self._buffers, self._firsts, self._others = [], [], []
+        self._first_arrays = self._other_arrays = None
+
+    def add(self, buffer: np.ndarray, devices: list) -> tuple[int, list[int]]:
+        """Schedules ``buffer`` onto ``devices``; returns keys for ``arrays``."""
+        first = len(self._buffers)
+        self._buffers.append(buffer)
+        self._firsts.append(devices[0])
+        others = []
+        for device in devices[1:]:
+            others.append(len(self._others))
+            self._others.append((first, device))
+        return first, others
+
+    def run(self) -> None:
+        self._first_arrays = jax.device_put(self._buffers, self._firsts)
+        self._other_arrays = jax.device_put(
+            [self._first_arrays[i] for i, _ in self._others], [d for _, d in self._others])
+
+    def arrays(self, key: tuple[int, list[int]]) -> list:
+        first, others = key
+        return [self._first_arrays[first]] + [self._other_arrays[i] for i in others]
+
+
+def _plan_leaf(where: str, number: int, saved: dict, target: Any,
+               puts: _DevicePuts) -> _Plan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
@@ -87,7 +127,7 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any) -> _Plan:
         return [], lambda: saved["value"]
     if kind == "scalar":
         return _plan_scalar(where, saved, target)
-    return _plan_array(where, number, saved, target)
+    return _plan_array(where, number, saved, target, puts)
 
 
 def _plan_scalar(where: str, saved: dict, target: Any) -> _Plan:
@@ -106,7 +146,8 @@ def _decode_scalar(saved: dict):
     return bool(value) if saved["dtype"] == "bool" else int(value)
 
 
-def _plan_array(where: str, number: int, saved: dict, target: Any) -> _Plan:
+def _plan_array(where: str, number: int, saved: dict, target: Any,
+                puts: _DevicePuts) -> _Plan:
     path, shape = saved["path"], tuple(saved["shape"])
     if target is None or isinstance(target, (bool, int, float)):
         buf = np.empty(shape, dtypes.from_name(saved["dtype"]))
@@ -119,24 +160,20 @@ def _plan_array(where: str, number: int, saved: dict, target: Any) -> _Plan:
     if isinstance(target, (np.ndarray, np.generic)):
         buf = np.empty(shape, dtype)
         return [_request(number, (0,) * len(shape), buf)], lambda: _deliver(buf, target)
-    return _plan_sharded(number, shape, dtype, _target_sharding(target))
+    return _plan_sharded(number, shape, dtype, _target_sharding(target), puts)
 
 
 def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
-                  sharding: jax.sharding.Sharding) -> _Plan:
+                  sharding: jax.sharding.Sharding, puts: _DevicePuts) -> _Plan:
     boxes = shardings.addressable_boxes(sharding, shape)
     buffers = {box: np.empty(box[1], dtype) for box in boxes}
     requests = [_request(number, box[0], buf) for box, buf in buffers.items()]
+    keys = [puts.add(buffers[box], devices) for box, devices in boxes.items()]
 
     def finish():
-        arrays = []
-        for box, devices in boxes.items():
-            # device_put of a numpy array may alias it on the CPU backend;
-            # other devices get copies of the first device's array so that
-            # no two shards share memory.
-            first = jax.device_put(buffers[box], devices[0])
-            arrays.append(first)
-            arrays.extend(jax.device_put(first, d) for d in devices[1:])
+        arrays = [a for key in keys for a in puts.arrays(key)]
+        if len(arrays) == 1 and isinstance(sharding, jax.sharding.SingleDeviceSharding):
+            return arrays[0]  # already the requested array
         return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
     return requests, finish

@@ -130,8 +130,10 @@ def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[
         if jax.process_index() != 0:
             return meta, []
         return meta, [(((0,) * arr.ndim, tuple(arr.shape)), arr)]
-    if not replica_parallel:
+    if not replica_parallel or jax.process_count() == 1:
         # replica_id 0 of each box is written exactly once over all processes.
+        # (Replica-parallel splits a box among processes; with one process
+        # the plan would be the same, at a higher planning cost.)
         sources = [(shardings.box_of_index(s.index, arr.shape), s.data)
                    for s in arr.addressable_shards if s.replica_id == 0]
         return meta, sources
