@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <numeric>
 
-#include "format/checkpointable_meta.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
+#include "testing/pytree_meta.h"
 #include "testing/status_matchers.h"
 
 namespace shardkeep {
@@ -19,18 +19,7 @@ constexpr uint64_t kRows = 12, kCols = 10;
 
 // A 12x10 float32 leaf "w" and a 0-d int32 leaf "step".
 std::string PytreeMetaJson() {
-  format::CheckpointableMeta meta;
-  meta.kind = "pytree";
-  meta.tree = {{"type", "dict"}};
-  format::LeafMeta w;
-  w.path = "w";
-  w.dtype = "float32";
-  w.shape = {kRows, kCols};
-  format::LeafMeta step;
-  step.path = "step";
-  step.dtype = "int32";
-  meta.leaves = {w, step};
-  return format::EncodeCheckpointableMeta(meta);
+  return testdata::PytreeMetaJson({{"w", "float32", {kRows, kCols}}, {"step", "int32", {}}});
 }
 
 struct TestState {

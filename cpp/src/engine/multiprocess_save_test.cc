@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "coord/simulated_group.h"
-#include "format/checkpointable_meta.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
+#include "testing/pytree_meta.h"
 #include "testing/status_matchers.h"
 
 namespace shardkeep {
@@ -44,19 +44,7 @@ struct TrainState {
 };
 
 std::string StateMetaJson() {
-  format::CheckpointableMeta meta;
-  meta.kind = "pytree";
-  meta.tree = {{"type", "dict"}};
-  format::LeafMeta w;
-  w.path = "w";
-  w.dtype = "float32";
-  w.shape = {kRows, kCols};
-  format::LeafMeta bias;
-  bias.path = "bias";
-  bias.dtype = "float32";
-  bias.shape = {kCols};
-  meta.leaves = {w, bias};
-  return format::EncodeCheckpointableMeta(meta);
+  return testdata::PytreeMetaJson({{"w", "float32", {kRows, kCols}}, {"bias", "float32", {kCols}}});
 }
 
 const uint8_t* Bytes(const float* data) {

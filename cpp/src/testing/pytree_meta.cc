@@ -1,0 +1,21 @@
+#include "testing/pytree_meta.h"
+
+#include "format/checkpointable_meta.h"
+
+namespace shardkeep::testdata {
+
+std::string PytreeMetaJson(const std::vector<ArrayLeaf>& leaves) {
+  format::CheckpointableMeta meta;
+  meta.kind = "pytree";
+  meta.tree = {{"type", "dict"}};
+  for (const ArrayLeaf& leaf : leaves) {
+    format::LeafMeta entry;
+    entry.path = leaf.path;
+    entry.dtype = leaf.dtype;
+    entry.shape = leaf.shape;
+    meta.leaves.push_back(std::move(entry));
+  }
+  return format::EncodeCheckpointableMeta(meta);
+}
+
+}  // namespace shardkeep::testdata
