@@ -41,3 +41,18 @@ def is_supported(dtype) -> bool:
     if dtype.kind == "V":  # ml_dtypes types (bfloat16, float8, int4) are kind "V".
         return getattr(ml_dtypes, dtype.name, None) is not None
     return dtype.kind in "biufc"
+
+
+# XLA's CPU client adopts a host buffer without copying it only when its
+# address is a multiple of this; numpy's large allocations are 16 mod 64.
+_XLA_ALIGNMENT = 64
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """np.empty(shape, dtype), 64-byte aligned so that device_put on the CPU
+    backend adopts it instead of copying it (a second pass over the state)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _XLA_ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % _XLA_ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)

@@ -166,7 +166,7 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
 def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
                   sharding: jax.sharding.Sharding, puts: _DevicePuts) -> _Plan:
     boxes = shardings.addressable_boxes(sharding, shape)
-    buffers = {box: np.empty(box[1], dtype) for box in boxes}
+    buffers = {box: dtypes.aligned_empty(box[1], dtype) for box in boxes}
     requests = [_request(number, box[0], buf) for box, buf in buffers.items()]
     keys = [puts.add(buffers[box], devices) for box, devices in boxes.items()]
 

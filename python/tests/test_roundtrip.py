@@ -219,3 +219,16 @@ def test_root_leaf(ckpt):
     assert_same_bits(sk.load(ckpt), np.arange(3, dtype=np.int32))
     out = sk.load(ckpt, jax.ShapeDtypeStruct((3,), jnp.int32))
     assert isinstance(out, jax.Array)
+
+
+def test_loaded_shards_own_distinct_memory(ckpt):
+    # The reader fills 64-byte aligned buffers, which device_put on the CPU
+    # backend adopts without a copy; no two shards may share memory.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(8), ("x",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    sk.save(ckpt, {"w": jax.device_put(jnp.arange(64 * 1024, dtype=jnp.float32), sharding)})
+    target = {"w": jax.ShapeDtypeStruct((64 * 1024,), jnp.float32, sharding=sharding)}
+    loaded = sk.load(ckpt, target)["w"]
+    pointers = {s.data.unsafe_buffer_pointer() for s in loaded.addressable_shards}
+    assert len(pointers) == 8 and all(p % 64 == 0 for p in pointers)
+    np.testing.assert_array_equal(np.asarray(loaded), np.arange(64 * 1024, dtype=np.float32))
