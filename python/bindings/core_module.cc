@@ -50,6 +50,14 @@ T ValueOrRaise(Result<T> result) {
   return std::move(result).value();
 }
 
+// Runs `work` with the GIL released (it must not touch Python objects) and
+// returns its result; raising happens after, with the GIL held again.
+template <typename Work>
+auto WithoutGil(Work&& work) {
+  nb::gil_scoped_release release;
+  return work();
+}
+
 DType DTypeOrRaise(const std::string& name) { return ValueOrRaise(DTypeFromName(name)); }
 
 // Checks that a byte buffer holds exactly the box in `dtype`.
@@ -164,11 +172,8 @@ struct PySaveHandle {
   }
 
   bool Wait(std::optional<double> timeout) {
-    std::optional<Status> outcome;
-    {
-      nb::gil_scoped_release release;
-      outcome = handle->future().Wait(timeout ? *timeout : -1.0);
-    }
+    std::optional<Status> outcome =
+        WithoutGil([&] { return handle->future().Wait(timeout ? *timeout : -1.0); });
     if (!outcome) return false;
     borrowed = nb::none();
     ThrowIfError(*outcome);
@@ -218,14 +223,11 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   for (nb::handle part : parts) {
     request.parts.push_back(ParsePart(nb::cast<nb::dict>(part), borrowed));
   }
-  Result<std::unique_ptr<SaveHandle>> started = InternalError("not started");
-  {
-    nb::gil_scoped_release release;
-    started = StartSave(location.storage,
-                        coordinator ? coordinator->coordinator
-                                    : NewSingleProcessCoordinator(),
-                        std::move(request), options);
-  }
+  std::shared_ptr<Coordinator> group =
+      coordinator ? coordinator->coordinator : NewSingleProcessCoordinator();
+  Result<std::unique_ptr<SaveHandle>> started = WithoutGil([&] {
+    return StartSave(location.storage, group, std::move(request), options);
+  });
   return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)));
 }
 
@@ -234,30 +236,16 @@ struct PyReader {
 
   static PyReader* Open(const std::string& url) {
     StorageLocation location = Locate(url);
-    Result<std::unique_ptr<CheckpointReader>> opened = InternalError("not opened");
-    {
-      nb::gil_scoped_release release;
-      opened = CheckpointReader::Open(location.storage, location.path);
-    }
-    return new PyReader{ValueOrRaise(std::move(opened))};
+    return new PyReader{ValueOrRaise(WithoutGil(
+        [&] { return CheckpointReader::Open(location.storage, location.path); }))};
   }
 
   std::string MetaJson(const std::string& name) {
-    Result<std::string> meta = InternalError("not read");
-    {
-      nb::gil_scoped_release release;
-      meta = reader->MetaJson(name);
-    }
-    return ValueOrRaise(std::move(meta));
+    return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }));
   }
 
   nb::bytes ReadValue(const std::string& name) {
-    Result<std::string> value = InternalError("not read");
-    {
-      nb::gil_scoped_release release;
-      value = reader->ReadValue(name);
-    }
-    std::string bytes = ValueOrRaise(std::move(value));
+    std::string bytes = ValueOrRaise(WithoutGil([&] { return reader->ReadValue(name); }));
     return nb::bytes(bytes.data(), bytes.size());
   }
 
@@ -277,12 +265,7 @@ struct PyReader {
       read.dst = dst.data();
       parsed.push_back(std::move(read));
     }
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = reader->Read(name, parsed, options);
-    }
-    ThrowIfError(status);
+    ThrowIfError(WithoutGil([&] { return reader->Read(name, parsed, options); }));
   }
 };
 
