@@ -77,6 +77,24 @@ Box MakeBox(std::vector<uint64_t> origin, std::vector<uint64_t> shape) {
   return Box{std::move(origin), std::move(shape)};
 }
 
+// The (leaf, dtype, origin, shape, buffer) tuples of shards and read
+// requests: the first four fields, checked; the caller takes the buffer.
+struct LeafBox {
+  uint32_t leaf;
+  DType dtype;
+  Box box;
+};
+LeafBox ParseLeafBox(nb::handle item, const char* what) {
+  nb::tuple fields = nb::cast<nb::tuple>(item);
+  if (fields.size() != 5) {
+    Raise(InvalidArgumentError(std::string(what) +
+                               " is a (leaf, dtype, origin, shape, buffer) tuple"));
+  }
+  return {nb::cast<uint32_t>(fields[0]), DTypeOrRaise(nb::cast<std::string>(fields[1])),
+          MakeBox(nb::cast<std::vector<uint64_t>>(fields[2]),
+                  nb::cast<std::vector<uint64_t>>(fields[3]))};
+}
+
 StorageLocation Locate(const std::string& url) { return ValueOrRaise(ResolveStorage(url)); }
 
 nlohmann::json ParseJson(const std::string& text, const char* what) {
@@ -189,18 +207,12 @@ CheckpointablePayload ParsePart(nb::dict part, nb::list& borrowed) {
   nb::bytes value = nb::cast<nb::bytes>(part["value"]);
   payload.value.assign(value.c_str(), value.size());
   for (nb::handle item : nb::cast<nb::list>(part["shards"])) {
-    nb::tuple shard = nb::cast<nb::tuple>(item);
-    if (shard.size() != 5) Raise(InvalidArgumentError("a shard is a 5-tuple"));
-    ShardData data;
-    data.leaf = nb::cast<uint32_t>(shard[0]);
-    data.dtype = DTypeOrRaise(nb::cast<std::string>(shard[1]));
-    data.box = MakeBox(nb::cast<std::vector<uint64_t>>(shard[2]),
-                       nb::cast<std::vector<uint64_t>>(shard[3]));
-    InputBytes bytes = nb::cast<InputBytes>(shard[4]);
-    CheckBufferSize(bytes.size(), data.box, data.dtype, "shard data");
-    data.data = bytes.data();
-    borrowed.append(shard[4]);
-    payload.shards.push_back(std::move(data));
+    LeafBox shard = ParseLeafBox(item, "a shard");
+    nb::object buffer = nb::cast<nb::tuple>(item)[4];
+    InputBytes bytes = nb::cast<InputBytes>(buffer);
+    CheckBufferSize(bytes.size(), shard.box, shard.dtype, "shard data");
+    borrowed.append(buffer);
+    payload.shards.push_back({shard.leaf, shard.dtype, std::move(shard.box), bytes.data()});
   }
   return payload;
 }
@@ -253,17 +265,10 @@ struct PyReader {
     std::vector<ReadRequest> parsed;
     // The destination arrays stay referenced by `requests` for the call.
     for (nb::handle item : requests) {
-      nb::tuple request = nb::cast<nb::tuple>(item);
-      if (request.size() != 5) Raise(InvalidArgumentError("a read request is a 5-tuple"));
-      ReadRequest read;
-      read.leaf = nb::cast<uint32_t>(request[0]);
-      read.dtype = DTypeOrRaise(nb::cast<std::string>(request[1]));
-      read.box = MakeBox(nb::cast<std::vector<uint64_t>>(request[2]),
-                         nb::cast<std::vector<uint64_t>>(request[3]));
-      OutputBytes dst = nb::cast<OutputBytes>(request[4]);
-      CheckBufferSize(dst.size(), read.box, read.dtype, "read destination");
-      read.dst = dst.data();
-      parsed.push_back(std::move(read));
+      LeafBox request = ParseLeafBox(item, "a read request");
+      OutputBytes dst = nb::cast<OutputBytes>(nb::cast<nb::tuple>(item)[4]);
+      CheckBufferSize(dst.size(), request.box, request.dtype, "read destination");
+      parsed.push_back({request.leaf, request.dtype, std::move(request.box), dst.data()});
     }
     ThrowIfError(WithoutGil([&] { return reader->Read(name, parsed, options); }));
   }

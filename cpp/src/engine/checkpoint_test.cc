@@ -9,7 +9,7 @@
 
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
-#include "testing/pytree_meta.h"
+#include "testing/payloads.h"
 #include "testing/status_matchers.h"
 
 namespace shardkeep {
@@ -45,12 +45,7 @@ SaveRequest MakeRequest(const std::string& path, const TestState& state) {
   part.shards.push_back({1, DType::kInt32, Box{{}, {}},
                          reinterpret_cast<const uint8_t*>(&state.step)});
   request.parts.push_back(std::move(part));
-  CheckpointablePayload extra;
-  extra.name = "dataset";
-  extra.kind = "bytes";
-  extra.meta_json = R"({"kind": "bytes"})";
-  extra.value = "loader-position-42";
-  request.parts.push_back(std::move(extra));
+  request.parts.push_back(testdata::BytesPayload("dataset", "loader-position-42"));
   return request;
 }
 

@@ -18,7 +18,7 @@
 #include "coord/simulated_group.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
-#include "testing/pytree_meta.h"
+#include "testing/payloads.h"
 #include "testing/status_matchers.h"
 
 namespace shardkeep {
@@ -78,12 +78,7 @@ SaveRequest RequestOf(int p, const TrainState& state, const std::string& operati
         {1, DType::kFloat32, Box{{0}, {kCols}}, Bytes(state.bias.data())});
   }
   request.parts.push_back(std::move(part));
-  CheckpointablePayload dataset;
-  dataset.name = "dataset";
-  dataset.kind = "bytes";
-  dataset.meta_json = R"({"kind": "bytes"})";
-  dataset.value = "loader-position-42";
-  request.parts.push_back(std::move(dataset));
+  request.parts.push_back(testdata::BytesPayload("dataset", "loader-position-42"));
   return request;
 }
 

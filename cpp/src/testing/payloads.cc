@@ -1,4 +1,4 @@
-#include "testing/pytree_meta.h"
+#include "testing/payloads.h"
 
 #include "format/checkpointable_meta.h"
 
@@ -16,6 +16,15 @@ std::string PytreeMetaJson(const std::vector<ArrayLeaf>& leaves) {
     meta.leaves.push_back(std::move(entry));
   }
   return format::EncodeCheckpointableMeta(meta);
+}
+
+CheckpointablePayload BytesPayload(const std::string& name, const std::string& value) {
+  CheckpointablePayload payload;
+  payload.name = name;
+  payload.kind = "bytes";
+  payload.meta_json = R"({"kind": "bytes"})";
+  payload.value = value;
+  return payload;
 }
 
 }  // namespace shardkeep::testdata

@@ -1,9 +1,11 @@
-// meta.json text for engine tests that save array leaves.
+// Checkpointable payloads for engine tests.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "shardkeep/checkpoint.h"
 
 namespace shardkeep::testdata {
 
@@ -15,5 +17,8 @@ struct ArrayLeaf {
 
 // A pytree meta.json with these array leaves, in order.
 std::string PytreeMetaJson(const std::vector<ArrayLeaf>& leaves);
+
+// A checkpointable of kind "bytes" holding `value`.
+CheckpointablePayload BytesPayload(const std::string& name, const std::string& value);
 
 }  // namespace shardkeep::testdata
