@@ -124,8 +124,11 @@ def verify(tool, workload: str, scale: str, loaded) -> bool:
         value = get_leaf(loaded, leaf.path)
         if tool.framework == "torch":
             import torch
+            rows = workloads.torch_rows(workload, leaf)
+            if rows is not None:  # a DTensor: check this rank's shard
+                value = value.to_local()
             value = value.view(torch.int16).numpy() if value.dtype == torch.bfloat16 else value.numpy()
-            expected = workloads.leaf_values(leaf)
+            expected = workloads.leaf_values(leaf, rows)
             expected = expected.view(np.int16) if leaf.dtype == "bfloat16" else expected
         else:
             expected = workloads.leaf_values(leaf)
@@ -194,6 +197,8 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
     if tool.framework == "jax":
         import jax
         jax.devices()
+    elif JOB == "torch":
+        workloads.start_dtensor()
     result["runtime_rss_kib"] = status_kib("VmRSS")
     if op == "save_tiny":
         return result | save_tiny(tool, base)
@@ -272,12 +277,42 @@ def save_tiny(tool, base: str, count: int = 5) -> dict:
     return {"seconds": statistics.median(times[1:]), "all_seconds": times}
 
 
+JOB = None  # "jax" or "torch" in a multi-process job: how its processes meet
+
+
 def barrier(name: str) -> None:
     """All processes of a multi-process job meet here (no-op alone)."""
-    import jax
-    if jax.process_count() > 1:
+    if JOB == "jax":
         from jax._src import distributed
         distributed.global_state.client.wait_at_barrier(f"bench-{name}", 600_000)
+    elif JOB == "torch":
+        import torch.distributed as dist
+        dist.barrier()
+
+
+def join_job(tool: str, coordinator: str, num_processes: int, process_id: int) -> None:
+    """Joins the other workers: jax.distributed for the JAX tools, a
+    torch.distributed gloo group for DCP (rank 0 hosts the TCP store at the
+    coordinator address)."""
+    global JOB
+    import tools
+    if tool in tools.TORCH_TOOLS:
+        import datetime
+
+        import torch.distributed as dist
+        # gloo would pick the interface of the hostname; this job is loopback only.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"tcp://{coordinator}",
+                                world_size=num_processes, rank=process_id,
+                                timeout=datetime.timedelta(seconds=600))
+        JOB = "torch"
+    else:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_force_host_platform_device_count=4").strip()
+        import jax
+        jax.distributed.initialize(coordinator, num_processes=num_processes,
+                                   process_id=process_id)
+        JOB = "jax"
 
 
 class NotApplicable(Exception):
@@ -300,11 +335,7 @@ def main(argv=None) -> int:
     parser.add_argument("--coordinator", default=None)
     args = parser.parse_args(argv)
     if args.num_processes > 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   " --xla_force_host_platform_device_count=4").strip()
-        import jax
-        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes,
-                                   process_id=args.process_id)
+        join_job(args.tool, args.coordinator, args.num_processes, args.process_id)
     args.root = os.path.abspath(args.root)
 
     baseline_kib = status_kib("VmRSS")

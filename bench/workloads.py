@@ -12,6 +12,7 @@ saves identical bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -189,18 +190,59 @@ def _with_step(workload: str, tree: dict, step):
 
 # --- torch -----------------------------------------------------------------
 
+def torch_rows(workload: str, leaf: Leaf) -> slice | None:
+    """This process's rows of a leaf: in W4 (a torch.distributed job) the
+    first dimension is split evenly over the ranks, as FSDP shards it;
+    elsewhere one process holds everything (None)."""
+    if workload != "W4":
+        return None
+    import torch.distributed as dist
+    rows = leaf.shape[0] // dist.get_world_size()
+    return slice(dist.get_rank() * rows, (dist.get_rank() + 1) * rows)
+
+
+def _torch_leaf(workload: str, leaf: Leaf, local):
+    """W4: this rank's rows as a DTensor sharded over a 1-D mesh of all
+    ranks (Shard(0)); global shape and stride are given, so building it
+    needs no communication. Elsewhere the plain tensor."""
+    if workload != "W4":
+        return local
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+    return DTensor.from_local(local, _torch_mesh(), [Shard(0)], shape=torch.Size(leaf.shape),
+                              stride=torch.empty(leaf.shape, device="meta").stride())
+
+
+def start_dtensor() -> None:
+    """Starts DTensor's runtime: the mesh, and a first DTensor (its first use
+    loads some 30 MiB of code), so a runtime RSS baseline includes them."""
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+    DTensor.from_local(torch.zeros(1), _torch_mesh(), [Shard(0)])
+
+
+@functools.cache
+def _torch_mesh():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
 def torch_state(workload: str, scale: str) -> dict:
+    """The state as a nested state_dict; in W4 each rank builds only its own
+    rows (DTensors), as a DCP user's FSDP model would hold them."""
     import torch
     items = []
     for leaf in leaves(workload, scale):
-        values = leaf_values(leaf)
+        values = leaf_values(leaf, torch_rows(workload, leaf))
         if leaf.dtype == "bfloat16":
             tensor = torch.from_numpy(values.view(np.uint16)).view(torch.bfloat16)
         else:
             tensor = torch.from_numpy(values)
-        items.append((leaf.path, tensor))
+        items.append((leaf.path, _torch_leaf(workload, leaf, tensor)))
     tree = nest(items)
     if workload != "W2":
+        # A plain tensor on every rank: DCP treats it as replicated, one copy saved.
         tree["step"] = torch.tensor(1000, dtype=torch.int32)
     return tree
 
@@ -208,8 +250,13 @@ def torch_state(workload: str, scale: str) -> dict:
 def torch_target(workload: str, scale: str) -> dict:
     import torch
     dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-    tree = nest([(leaf.path, torch.empty(leaf.shape, dtype=dtypes[leaf.dtype]))
-                 for leaf in leaves(workload, scale)])
+    items = []
+    for leaf in leaves(workload, scale):
+        rows = torch_rows(workload, leaf)
+        shape = leaf.shape if rows is None else (rows.stop - rows.start,) + leaf.shape[1:]
+        local = torch.empty(shape, dtype=dtypes[leaf.dtype])
+        items.append((leaf.path, _torch_leaf(workload, leaf, local)))
+    tree = nest(items)
     if workload != "W2":
         tree["step"] = torch.tensor(0, dtype=torch.int32)
     return tree
