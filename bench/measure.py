@@ -13,6 +13,7 @@ TOOL is a tool configuration from tools.py or "floor"; OP is one of
   read_cold     floor: sequential read of that file after eviction, 64 MiB reads
   read_warm     floor: the same read with the file in the page cache
   memcpy        floor: one numpy copy of a buffer of the state's size
+  device_put    floor: one batched jax.device_put of host arrays of the leaves' sizes
 
 Loads read the checkpoint that the same tool's "save" left at
 ROOT/TOOL/WORKLOAD/ckpt. Peak RSS is the kernel's VmHWM, reset just before
@@ -175,6 +176,22 @@ def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) 
                 total += n
         result["seconds"] = time.perf_counter() - start
         assert total == size, (total, size)
+    elif op == "device_put":
+        # What JAX itself costs to make the workload's leaves jax.Arrays from
+        # host arrays (64-byte aligned, so the CPU client adopts them without
+        # a copy), in one batched call: a load can not return sooner.
+        import jax
+        hosts = []
+        for leaf in workloads.leaves(workload, scale):
+            raw = np.empty(leaf.nbytes + 64, np.uint8)
+            start_at = (-raw.ctypes.data) % 64
+            hosts.append(raw[start_at:start_at + leaf.nbytes].view(np.float32))
+        shardings = [workloads.sharding_for(workload, leaf, "fsdp")
+                     for leaf in workloads.leaves(workload, scale)]
+        reset_peak_rss()
+        start = time.perf_counter()
+        jax.block_until_ready(jax.device_put(hosts, shardings))
+        result["seconds"] = time.perf_counter() - start
     elif op == "memcpy":
         src = np.ones(size, np.uint8)
         reset_peak_rss()

@@ -41,7 +41,8 @@ TORCH_OPS = {
     "W3": ["save", "load"],
     "W4": ["save", "load_warm"],
 }
-FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"], "W3": ["write", "read_warm"]}
+FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"],
+             "W2": ["write", "device_put"], "W3": ["write", "read_warm"]}
 
 
 def ops_for(tool: str, workload: str) -> list[str]:

@@ -1,5 +1,7 @@
 """dtype names as stored in checkpoints (numpy / ml_dtypes names)."""
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
@@ -32,6 +34,15 @@ def as_bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
+@functools.lru_cache(maxsize=None)
+def name_of(dtype) -> str:
+    """The stored name of a numpy dtype ("float32", "bfloat16"); cached,
+    because dtype.name is slow and a tree of thousands of leaves has only a
+    few dtypes."""
+    return np.dtype(dtype).name
+
+
+@functools.lru_cache(maxsize=None)
 def is_supported(dtype) -> bool:
     """Whether arrays of ``dtype`` can be stored (numeric, bool, ml_dtypes)."""
     try:
@@ -41,18 +52,3 @@ def is_supported(dtype) -> bool:
     if dtype.kind == "V":  # ml_dtypes types (bfloat16, float8, int4) are kind "V".
         return getattr(ml_dtypes, dtype.name, None) is not None
     return dtype.kind in "biufc"
-
-
-# XLA's CPU client adopts a host buffer without copying it only when its
-# address is a multiple of this; numpy's large allocations are 16 mod 64.
-_XLA_ALIGNMENT = 64
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """np.empty(shape, dtype), 64-byte aligned so that device_put on the CPU
-    backend adopts it instead of copying it (a second pass over the state)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + _XLA_ALIGNMENT, np.uint8)
-    start = (-raw.ctypes.data) % _XLA_ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(shape)

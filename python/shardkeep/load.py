@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from . import _core, checkpointables, restore
 from . import options as options_lib
 from .errors import InvalidArgumentError, NotFoundError
+from .gc_pause import gc_paused
 
 
 def load(path, target: Any = None, *, partial: bool = False,
@@ -76,8 +77,9 @@ def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: boo
     where = f"{path}/{name}"
     meta = json.loads(reader.meta_json(name))
     if kind == "pytree":
-        value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,
-                                       core_options=core_options)
+        with gc_paused():
+            value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,
+                                           core_options=core_options)
     elif target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
     elif kind == "json":

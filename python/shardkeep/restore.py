@@ -13,7 +13,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import dtypes, shardings, tree_codec
+from . import dtypes, host_memory, shardings, tree_codec
 from .errors import IncompatibleError, InvalidArgumentError
 
 # A leaf's read requests, and how to build its value once they are filled.
@@ -150,7 +150,7 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
                 puts: _DevicePuts) -> _Plan:
     path, shape = saved["path"], tuple(saved["shape"])
     if target is None or isinstance(target, (bool, int, float)):
-        buf = np.empty(shape, dtypes.from_name(saved["dtype"]))
+        buf = host_memory.empty(shape, dtypes.from_name(saved["dtype"]))
         finish = (lambda: buf) if target is None else (lambda: buf.item())
         if target is not None:
             _check_target_shape(where, path, shape, np.asarray(target))
@@ -158,7 +158,7 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
     _check_target_shape(where, path, shape, target)
     dtype = _target_dtype(target)
     if isinstance(target, (np.ndarray, np.generic)):
-        buf = np.empty(shape, dtype)
+        buf = host_memory.empty(shape, dtype)
         return [_request(number, (0,) * len(shape), buf)], lambda: _deliver(buf, target)
     return _plan_sharded(number, shape, dtype, _target_sharding(target), puts)
 
@@ -166,7 +166,7 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
 def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
                   sharding: jax.sharding.Sharding, puts: _DevicePuts) -> _Plan:
     boxes = shardings.addressable_boxes(sharding, shape)
-    buffers = {box: dtypes.aligned_empty(box[1], dtype) for box in boxes}
+    buffers = {box: host_memory.empty(box[1], dtype) for box in boxes}
     requests = [_request(number, box[0], buf) for box, buf in buffers.items()]
     keys = [puts.add(buffers[box], devices) for box, devices in boxes.items()]
 
@@ -180,7 +180,8 @@ def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
 
 
 def _request(number: int, origin, buf: np.ndarray) -> tuple:
-    return (number, buf.dtype.name, list(origin), list(buf.shape), dtypes.as_bytes(buf))
+    return (number, dtypes.name_of(buf.dtype), list(origin), list(buf.shape),
+            dtypes.as_bytes(buf))
 
 
 def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from . import _core, checkpointables, distributed, staging
 from . import options as options_lib
 from .errors import InvalidArgumentError, TimeoutError
+from .gc_pause import gc_paused
 
 # Numbers this process's save calls. Every process of a job makes the same
 # calls in the same order, so the n-th save's barrier keys agree everywhere;
@@ -117,7 +118,7 @@ def _start(path, items, options, custom_metadata, metrics, force, step, *,
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
-    with staging.planning(replica_parallel=options.replica_parallel):
+    with staging.planning(replica_parallel=options.replica_parallel), gc_paused():
         parts = [checkpointables.encode(name, value, own_copies=own_copies)
                  for name, value in items.items()]
     handle = _core.start_save(

@@ -31,11 +31,27 @@ def box_of_index(index: Sequence[slice], shape: Sequence[int]) -> Box:
 
 def addressable_boxes(sharding: jax.sharding.Sharding,
                       shape: Sequence[int]) -> dict[Box, list[jax.Device]]:
-    """Each unique box this process's devices hold, with the devices holding it."""
+    """Each unique box this process's devices hold, with the devices holding it.
+
+    Cached per (sharding, shape): a tree has many leaves of few such pairs.
+    The result is shared and must not be modified.
+    """
+    shape = tuple(shape)
+    try:
+        return _cached_addressable_boxes(sharding, shape)
+    except TypeError:  # unhashable sharding
+        return _addressable_boxes(sharding, shape)
+
+
+def _addressable_boxes(sharding: jax.sharding.Sharding,
+                       shape: tuple[int, ...]) -> dict[Box, list[jax.Device]]:
     boxes: dict[Box, list[jax.Device]] = {}
-    for device, index in sharding.addressable_devices_indices_map(tuple(shape)).items():
+    for device, index in sharding.addressable_devices_indices_map(shape).items():
         boxes.setdefault(box_of_index(index, shape), []).append(device)
     return boxes
+
+
+_cached_addressable_boxes = functools.lru_cache(maxsize=1024)(_addressable_boxes)
 
 
 def replica_parallel_boxes(sharding: jax.sharding.Sharding,
@@ -102,10 +118,36 @@ def _one_device_per_process(devices: list[jax.Device]) -> list[jax.Device]:
 _cached_replica_slices = functools.lru_cache(maxsize=1024)(_plan_replica_slices)
 
 
+def on_cpu(sharding: jax.sharding.Sharding) -> bool:
+    """Whether all devices of ``sharding`` are CPU devices (whose arrays
+    already live in host memory)."""
+    try:
+        return _cached_on_cpu(sharding)
+    except TypeError:  # unhashable sharding
+        return _all_cpu(sharding)
+
+
+def _all_cpu(sharding: jax.sharding.Sharding) -> bool:
+    return all(d.platform == "cpu" for d in sharding.device_set)
+
+
+_cached_on_cpu = functools.lru_cache(maxsize=1024)(_all_cpu)
+
+
 def describe(sharding: jax.sharding.Sharding | None) -> dict | None:
-    """A JSON description of ``sharding`` (informational; see ``rebuild``)."""
+    """A JSON description of ``sharding`` (informational; see ``rebuild``).
+
+    Cached per sharding: the result is shared and must not be modified.
+    """
     if sharding is None:
         return None
+    try:
+        return _cached_description(sharding)
+    except TypeError:  # unhashable sharding
+        return _description(sharding)
+
+
+def _description(sharding: jax.sharding.Sharding) -> dict:
     if isinstance(sharding, SingleDeviceSharding):
         (device,) = sharding.device_set
         return {"type": "single_device", "device_id": device.id}
@@ -119,6 +161,9 @@ def describe(sharding: jax.sharding.Sharding | None) -> dict | None:
             "device_ids": [int(d.id) for d in mesh.devices.flat],
         }
     return {"type": "other", "class": type(sharding).__name__}
+
+
+_cached_description = functools.lru_cache(maxsize=1024)(_description)
 
 
 def _spec_entry(entry):

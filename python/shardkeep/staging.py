@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import jax
 import numpy as np
 
-from . import dtypes, shardings, tree_codec
+from . import dtypes, host_memory, shardings, tree_codec
 from .errors import InvalidArgumentError
 
 _INT64 = np.iinfo(np.int64)
@@ -64,12 +64,14 @@ def stage_pytree(tree: Any, *, own_copies: bool,
         leaf_metas.append(meta)
         planned.extend((number, meta["dtype"], box, src) for box, src in sources)
     for *_, src in planned:
-        if isinstance(src, jax.Array):
+        if isinstance(src, jax.Array) and not shardings.on_cpu(src.sharding):
             src.copy_to_host_async()
-    shards = []
-    for number, dtype_name, (origin, shape), src in planned:
-        host = _to_host(src, own_copies)
-        shards.append((number, dtype_name, list(origin), list(shape), dtypes.as_bytes(host)))
+    hosts = [_to_host(src) for *_, src in planned]
+    if own_copies:
+        private = [not _may_alias(src) for *_, src in planned]
+        hosts = host_memory.copies_of(hosts, skip=private)
+    shards = [(number, dtype_name, list(origin), list(shape), dtypes.as_bytes(host))
+              for (number, dtype_name, (origin, shape), _), host in zip(planned, hosts)]
     meta_json = json.dumps({"kind": "pytree", "tree": structure, "leaves": leaf_metas},
                            allow_nan=False, ensure_ascii=False)
     return meta_json, shards
@@ -90,7 +92,8 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
         _check_dtype(path, arr.dtype)
-        meta = {**base, "kind": "array", "dtype": arr.dtype.name, "shape": list(arr.shape)}
+        meta = {**base, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
+                "shape": list(arr.shape)}
         # Host data is the same on every process; only the primary writes it.
         sources = [(((0,) * arr.ndim, arr.shape), arr)] if jax.process_index() == 0 else []
         return meta, sources
@@ -120,8 +123,12 @@ def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[
     if arr.is_deleted():
         raise InvalidArgumentError(f"leaf {path!r} is a deleted (donated?) jax.Array")
     _check_dtype(path, arr.dtype)
-    meta = {"path": path, "kind": "array", "dtype": np.dtype(arr.dtype).name,
-            "shape": list(arr.shape), "sharding": shardings.describe(arr.sharding)}
+    sharding = arr.sharding
+    meta = {"path": path, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
+            "shape": list(arr.shape), "sharding": shardings.describe(sharding)}
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding) and jax.process_count() == 1:
+        # The common case of many small leaves: one shard, the whole array.
+        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), arr)]
     if jax.process_count() > 1 and arr.is_fully_addressable:
         # A process-local array (e.g. jnp.asarray(step) in each process) is
         # not part of a global array: every process has its own copy, like
@@ -181,12 +188,9 @@ def _check_dtype(path: str, dtype) -> None:
             " jax.random.key_data(key))")
 
 
-def _to_host(src, own_copies: bool) -> np.ndarray:
+def _to_host(src) -> np.ndarray:
     raw = src.to_numpy() if isinstance(src, _HostSlice) else np.asarray(src)
-    host = dtypes.little_endian(raw)
-    if own_copies and _may_alias(src):
-        return np.array(host, order="C", copy=True)
-    return np.ascontiguousarray(host)
+    return np.ascontiguousarray(dtypes.little_endian(raw))
 
 
 def _may_alias(src) -> bool:
