@@ -178,6 +178,18 @@ TEST(CheckpointableMetaErrors, Document) {
                    "nested deeper");
 }
 
+TEST(CheckpointableMeta, BracketsInsideStringsDoNotCountAsNesting) {
+  // A key path may hold any characters, escaped quotes included.
+  const std::string brackets = std::string(600, '[') + "\\\"" + std::string(600, '{');
+  const json meta = {{"kind", "pytree"},
+                     {"tree", {{brackets, nullptr}}},
+                     {"leaves", json::array({{{"path", brackets}, {"kind", "none"}}})}};
+  SK_ASSERT_OK_AND_ASSIGN(format::CheckpointableMeta decoded,
+                          format::DecodeCheckpointableMeta(meta.dump(), "meta.json"));
+  ASSERT_EQ(decoded.leaves.size(), 1u);
+  EXPECT_EQ(decoded.leaves[0].path, brackets);
+}
+
 TEST(CheckpointableMetaErrors, LeafFields) {
   // Each error names the leaf by index and path.
   ExpectCorruption(WithLeaf(3, [](json& l) { l.erase("path"); }),
