@@ -43,17 +43,50 @@ def empty(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes >= HUGE_PAGE_BYTES:
-        mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if _HUGEPAGE_ADVICE is not None:
-            try:
-                mapping.madvise(_HUGEPAGE_ADVICE)
-            except OSError:  # kernels without transparent huge pages
-                pass
-        # Page-aligned, hence 64-byte aligned.
-        return np.frombuffer(mapping, np.uint8).view(dtype).reshape(shape)
+        return _mapped(nbytes).view(dtype).reshape(shape)
     raw = np.empty(nbytes + _XLA_ALIGNMENT, np.uint8)
     start = (-raw.ctypes.data) % _XLA_ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+class Arena:
+    """The buffers of one load: large ones from ``empty``, small ones carved,
+    64-byte aligned, out of shared slabs on huge pages.
+
+    A tree of thousands of small leaves then costs a slice per leaf instead
+    of an allocation, and few page faults. A slab is freed when every array
+    carved from it is: keeping one small leaf keeps its slab's other
+    leaves' memory (at most ``SLAB_BYTES``) alive.
+    """
+
+    SLAB_BYTES = 8 << 20
+
+    def __init__(self):
+        self._slab: np.ndarray | None = None
+        self._used = 0
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes >= HUGE_PAGE_BYTES:
+            return empty(shape, dtype)
+        start = -(-self._used // _XLA_ALIGNMENT) * _XLA_ALIGNMENT
+        if self._slab is None or start + nbytes > self._slab.size:
+            self._slab, start = _mapped(self.SLAB_BYTES), 0
+        self._used = start + nbytes
+        return self._slab[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _mapped(nbytes: int) -> np.ndarray:
+    """``nbytes`` of fresh anonymous memory, page-aligned, advised to use
+    huge pages."""
+    mapping = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if _HUGEPAGE_ADVICE is not None:
+        try:
+            mapping.madvise(_HUGEPAGE_ADVICE)
+        except OSError:  # kernels without transparent huge pages
+            pass
+    return np.frombuffer(mapping, np.uint8)[:nbytes]
 
 
 def copy_of(arr: np.ndarray) -> np.ndarray:

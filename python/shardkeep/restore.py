@@ -30,15 +30,16 @@ def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
     """
     saved = meta["leaves"]
     if target is None:
-        puts = _DevicePuts()
-        plans = [_plan_leaf(where, i, leaf, None, puts) for i, leaf in enumerate(saved)]
+        puts, arena = _DevicePuts(), host_memory.Arena()
+        plans = [_plan_leaf(where, i, leaf, None, puts, arena) for i, leaf in enumerate(saved)]
         values = _run(reader, name, plans, puts, core_options)
         return tree_codec.rebuild(meta["tree"], values)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, [leaf["path"] for leaf in saved], partial)
-    puts = _DevicePuts()
-    plans = [_plan_leaf(where, n, saved[n], t, puts) for n, (_, t) in zip(numbers, keyed)]
+    puts, arena = _DevicePuts(), host_memory.Arena()
+    plans = [_plan_leaf(where, n, saved[n], t, puts, arena)
+             for n, (_, t) in zip(numbers, keyed)]
     return jax.tree_util.tree_unflatten(treedef,
                                         _run(reader, name, plans, puts, core_options))
 
@@ -113,7 +114,7 @@ class _DevicePuts:
 
 
 def _plan_leaf(where: str, number: int, saved: dict, target: Any,
-               puts: _DevicePuts) -> _Plan:
+               puts: _DevicePuts, arena: host_memory.Arena) -> _Plan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
@@ -127,7 +128,7 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any,
         return [], lambda: saved["value"]
     if kind == "scalar":
         return _plan_scalar(where, saved, target)
-    return _plan_array(where, number, saved, target, puts)
+    return _plan_array(where, number, saved, target, puts, arena)
 
 
 def _plan_scalar(where: str, saved: dict, target: Any) -> _Plan:
@@ -147,10 +148,10 @@ def _decode_scalar(saved: dict):
 
 
 def _plan_array(where: str, number: int, saved: dict, target: Any,
-                puts: _DevicePuts) -> _Plan:
+                puts: _DevicePuts, arena: host_memory.Arena) -> _Plan:
     path, shape = saved["path"], tuple(saved["shape"])
     if target is None or isinstance(target, (bool, int, float)):
-        buf = host_memory.empty(shape, dtypes.from_name(saved["dtype"]))
+        buf = arena.empty(shape, dtypes.from_name(saved["dtype"]))
         finish = (lambda: buf) if target is None else (lambda: buf.item())
         if target is not None:
             _check_target_shape(where, path, shape, np.asarray(target))
@@ -158,15 +159,16 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
     _check_target_shape(where, path, shape, target)
     dtype = _target_dtype(target)
     if isinstance(target, (np.ndarray, np.generic)):
-        buf = host_memory.empty(shape, dtype)
+        buf = arena.empty(shape, dtype)
         return [_request(number, (0,) * len(shape), buf)], lambda: _deliver(buf, target)
-    return _plan_sharded(number, shape, dtype, _target_sharding(target), puts)
+    return _plan_sharded(number, shape, dtype, _target_sharding(target), puts, arena)
 
 
 def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
-                  sharding: jax.sharding.Sharding, puts: _DevicePuts) -> _Plan:
+                  sharding: jax.sharding.Sharding, puts: _DevicePuts,
+                  arena: host_memory.Arena) -> _Plan:
     boxes = shardings.addressable_boxes(sharding, shape)
-    buffers = {box: host_memory.empty(box[1], dtype) for box in boxes}
+    buffers = {box: arena.empty(box[1], dtype) for box in boxes}
     requests = [_request(number, box[0], buf) for box, buf in buffers.items()]
     keys = [puts.add(buffers[box], devices) for box, devices in boxes.items()]
 

@@ -37,6 +37,11 @@ def addressable_boxes(sharding: jax.sharding.Sharding,
     The result is shared and must not be modified.
     """
     shape = tuple(shape)
+    if isinstance(sharding, SingleDeviceSharding):  # the common small-leaf case, uncached
+        (device,) = sharding.device_set
+        if device.process_index != jax.process_index():
+            return {}
+        return {((0,) * len(shape), shape): [device]}
     try:
         return _cached_addressable_boxes(sharding, shape)
     except TypeError:  # unhashable sharding
