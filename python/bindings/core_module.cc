@@ -272,6 +272,28 @@ struct PyReader {
     }
     ThrowIfError(WithoutGil([&] { return reader->Read(name, parsed, options); }));
   }
+
+  // Requests as for Read (their buffers are not used); for each, None or
+  // (file, offset, length, checksum) of the one raw chunk holding it.
+  nb::list LocateRanges(const std::string& name, nb::list requests, const Options& options) {
+    std::vector<ReadRequest> parsed;
+    for (nb::handle item : requests) {
+      LeafBox request = ParseLeafBox(item, "a locate request");
+      parsed.push_back({request.leaf, request.dtype, std::move(request.box), nullptr});
+    }
+    std::vector<std::optional<StoredRange>> ranges = ValueOrRaise(
+        WithoutGil([&] { return reader->Locate(name, parsed, options); }));
+    nb::list out;
+    for (const std::optional<StoredRange>& range : ranges) {
+      if (!range) {
+        out.append(nb::none());
+      } else {
+        out.append(nb::make_tuple(range->file, range->offset, range->length,
+                                  range->checksum));
+      }
+    }
+    return out;
+  }
 };
 
 }  // namespace
@@ -327,6 +349,14 @@ NB_MODULE(_core, m) {
                    [](PyCoordinator& self) { return self.coordinator->process_index(); })
       .def_prop_ro("process_count",
                    [](PyCoordinator& self) { return self.coordinator->process_count(); });
+  m.def(
+      "checksum",
+      [](InputBytes bytes) {
+        // Reading the bytes may fault them in from a mapped file: no GIL.
+        nb::gil_scoped_release release;
+        return ChunkChecksum(bytes.data(), bytes.size());
+      },
+      "data"_a, "XXH3-64 of a uint8 array, as stored for each chunk.");
   m.def("callback_coordinator", &MakeCallbackCoordinator, "process_index"_a,
         "process_count"_a, "barrier"_a, "set"_a, "get"_a, "try_get"_a,
         "A Coordinator whose operations are the given Python functions.");
@@ -336,5 +366,6 @@ NB_MODULE(_core, m) {
       .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
       .def("meta_json", &PyReader::MetaJson, "name"_a)
       .def("read_value", &PyReader::ReadValue, "name"_a)
-      .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options());
+      .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
+      .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
 }

@@ -54,7 +54,10 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     checkpoint or lacks a named checkpointable.
     """
     path = os.fspath(path)
-    core_options = options_lib.resolve(options).to_core()
+    options = options_lib.resolve(options)
+    core_options = options.to_core()
+    # Only the file backend's paths are files that can be mapped.
+    map_files = options.map_files and ("://" not in path or path.startswith("file://"))
     reader = _core.Reader(path)
     available = json.loads(reader.commit_json())["checkpointables"]
     if targets is None:
@@ -68,18 +71,18 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
         results[name] = _load_one(reader, path, name, available[name]["kind"], target,
-                                  partial, core_options)
+                                  partial, core_options, map_files)
     return results
 
 
 def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: bool,
-              core_options) -> Any:
+              core_options, map_files: bool) -> Any:
     where = f"{path}/{name}"
     meta = json.loads(reader.meta_json(name))
     if kind == "pytree":
         with gc_paused():
             value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,
-                                           core_options=core_options)
+                                           core_options=core_options, map_files=map_files)
     elif target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
     elif kind == "json":

@@ -26,6 +26,11 @@ class Options:
         replica with replica_id 0 writes each box whole.
       allow_lossy_cast: permit loading into a dtype that cannot hold every
         stored value (e.g. float32 -> bfloat16, int32 -> int16).
+      map_files: loads from local files map each box stored raw as one
+        chunk (copy-on-write) instead of reading it into new memory: no
+        copy, and the page cache is the array (see shardkeep.file_mapping).
+        Turn it off when other programs may truncate or rewrite checkpoint
+        files in place while loaded arrays live (shardkeep never does).
     """
 
     chunk_bytes: int = 64 << 20
@@ -35,6 +40,7 @@ class Options:
     timeout_s: float = 600.0
     replica_parallel: bool = True
     allow_lossy_cast: bool = False
+    map_files: bool = True
 
     def __post_init__(self):
         if self.chunk_bytes <= 0:

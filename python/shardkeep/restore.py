@@ -13,35 +13,52 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import dtypes, host_memory, shardings, tree_codec
+from . import dtypes, file_mapping, host_memory, shardings, tree_codec
 from .errors import IncompatibleError, InvalidArgumentError
 
-# A leaf's read requests, and how to build its value once they are filled.
-_Plan = tuple[list[tuple], Callable[[], Any]]
+
+class _Slot:
+    """One box of one leaf that this process needs, and the host buffer its
+    bytes go to (chosen when the whole load is planned: mapped from the
+    checkpoint's files, or allocated and read)."""
+
+    __slots__ = ("number", "path", "origin", "shape", "dtype", "devices", "buffer", "key")
+
+    def __init__(self, number: int, path: str, origin, shape, dtype: np.dtype,
+                 devices: list | None = None):
+        self.number, self.path = number, path
+        self.origin, self.shape, self.dtype = tuple(origin), tuple(shape), dtype
+        self.devices = devices  # where the box goes; None: it stays on the host
+        self.buffer: np.ndarray | None = None
+        self.key = None  # the box's arrays in _DevicePuts, once scheduled
+
+
+# A leaf's slots, and how to build its value once they are filled.
+_Plan = tuple[list[_Slot], Callable[[], Any]]
 _MAX_LISTED = 20
 
 
 def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
-                   partial: bool, core_options) -> Any:
+                   partial: bool, core_options, map_files: bool) -> Any:
     """Loads checkpointable ``name`` (meta.json already parsed into ``meta``).
 
     ``where`` ("<checkpoint>/<name>") prefixes error messages. See
-    ``shardkeep.load`` for the meaning of ``target`` and ``partial``.
+    ``shardkeep.load`` for the meaning of ``target`` and ``partial``;
+    ``map_files``: map raw chunks of local files instead of reading them
+    (see ``file_mapping``).
     """
     saved = meta["leaves"]
+    puts = _DevicePuts()
     if target is None:
-        puts, arena = _DevicePuts(), host_memory.Arena()
-        plans = [_plan_leaf(where, i, leaf, None, puts, arena) for i, leaf in enumerate(saved)]
-        values = _run(reader, name, plans, puts, core_options)
+        plans = [_plan_leaf(where, i, leaf, None, puts) for i, leaf in enumerate(saved)]
+        values = _run(reader, name, plans, puts, core_options, map_files)
         return tree_codec.rebuild(meta["tree"], values)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, [leaf["path"] for leaf in saved], partial)
-    puts, arena = _DevicePuts(), host_memory.Arena()
-    plans = [_plan_leaf(where, n, saved[n], t, puts, arena)
-             for n, (_, t) in zip(numbers, keyed)]
-    return jax.tree_util.tree_unflatten(treedef,
-                                        _run(reader, name, plans, puts, core_options))
+    plans = [_plan_leaf(where, n, saved[n], t, puts) for n, (_, t) in zip(numbers, keyed)]
+    return jax.tree_util.tree_unflatten(
+        treedef, _run(reader, name, plans, puts, core_options, map_files))
 
 
 def _match(where: str, target_paths: list[str], saved_paths: list[str],
@@ -70,10 +87,22 @@ def _listing(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts", core_options) -> list:
-    requests = [r for reqs, _ in plans for r in reqs]
-    if requests:
-        reader.read(name, requests, core_options)
+def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts", core_options,
+         map_files: bool) -> list:
+    slots = [slot for leaf_slots, _ in plans for slot in leaf_slots]
+    mapper = file_mapping.FileMapper()
+    if map_files and slots:
+        mapper.map_boxes(reader, name, slots, core_options)
+    arena = host_memory.Arena()
+    to_read = [slot for slot in slots if slot.buffer is None]
+    for slot in to_read:
+        slot.buffer = arena.empty(slot.shape, slot.dtype)
+    if to_read:
+        reader.read(name, [_request(slot) for slot in to_read], core_options)
+    mapper.verify()
+    for slot in slots:
+        if slot.devices is not None:
+            slot.key = puts.add(slot.buffer, slot.devices)
     puts.run()
     return [finish() for _, finish in plans]
 
@@ -114,7 +143,7 @@ class _DevicePuts:
 
 
 def _plan_leaf(where: str, number: int, saved: dict, target: Any,
-               puts: _DevicePuts, arena: host_memory.Arena) -> _Plan:
+               puts: _DevicePuts) -> _Plan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
@@ -128,7 +157,7 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any,
         return [], lambda: saved["value"]
     if kind == "scalar":
         return _plan_scalar(where, saved, target)
-    return _plan_array(where, number, saved, target, puts, arena)
+    return _plan_array(where, number, saved, target, puts)
 
 
 def _plan_scalar(where: str, saved: dict, target: Any) -> _Plan:
@@ -148,42 +177,41 @@ def _decode_scalar(saved: dict):
 
 
 def _plan_array(where: str, number: int, saved: dict, target: Any,
-                puts: _DevicePuts, arena: host_memory.Arena) -> _Plan:
+                puts: _DevicePuts) -> _Plan:
     path, shape = saved["path"], tuple(saved["shape"])
+    whole = (0,) * len(shape)
     if target is None or isinstance(target, (bool, int, float)):
-        buf = arena.empty(shape, dtypes.from_name(saved["dtype"]))
-        finish = (lambda: buf) if target is None else (lambda: buf.item())
+        slot = _Slot(number, path, whole, shape, dtypes.from_name(saved["dtype"]))
+        finish = (lambda: slot.buffer) if target is None else (lambda: slot.buffer.item())
         if target is not None:
             _check_target_shape(where, path, shape, np.asarray(target))
-        return [_request(number, (0,) * len(shape), buf)], finish
+        return [slot], finish
     _check_target_shape(where, path, shape, target)
     dtype = _target_dtype(target)
     if isinstance(target, (np.ndarray, np.generic)):
-        buf = arena.empty(shape, dtype)
-        return [_request(number, (0,) * len(shape), buf)], lambda: _deliver(buf, target)
-    return _plan_sharded(number, shape, dtype, _target_sharding(target), puts, arena)
+        slot = _Slot(number, path, whole, shape, dtype)
+        return [slot], lambda: _deliver(slot.buffer, target)
+    return _plan_sharded(number, path, shape, dtype, _target_sharding(target), puts)
 
 
-def _plan_sharded(number: int, shape: tuple, dtype: np.dtype,
-                  sharding: jax.sharding.Sharding, puts: _DevicePuts,
-                  arena: host_memory.Arena) -> _Plan:
-    boxes = shardings.addressable_boxes(sharding, shape)
-    buffers = {box: arena.empty(box[1], dtype) for box in boxes}
-    requests = [_request(number, box[0], buf) for box, buf in buffers.items()]
-    keys = [puts.add(buffers[box], devices) for box, devices in boxes.items()]
+def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
+                  sharding: jax.sharding.Sharding, puts: _DevicePuts) -> _Plan:
+    slots = [_Slot(number, path, origin, extent, dtype, devices)
+             for (origin, extent), devices in
+             shardings.addressable_boxes(sharding, shape).items()]
 
     def finish():
-        arrays = [a for key in keys for a in puts.arrays(key)]
+        arrays = [a for slot in slots for a in puts.arrays(slot.key)]
         if len(arrays) == 1 and isinstance(sharding, jax.sharding.SingleDeviceSharding):
             return arrays[0]  # already the requested array
         return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
-    return requests, finish
+    return slots, finish
 
 
-def _request(number: int, origin, buf: np.ndarray) -> tuple:
-    return (number, dtypes.name_of(buf.dtype), list(origin), list(buf.shape),
-            dtypes.as_bytes(buf))
+def _request(slot: _Slot) -> tuple:
+    return (slot.number, dtypes.name_of(slot.dtype), list(slot.origin), list(slot.shape),
+            dtypes.as_bytes(slot.buffer))
 
 
 def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:

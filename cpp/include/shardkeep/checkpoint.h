@@ -98,6 +98,19 @@ struct ReadRequest {
   uint8_t* dst = nullptr;
 };
 
+// Where a requested box lies when it is stored raw, in the requested dtype,
+// as exactly one chunk: the data file and byte range holding its bytes
+// (row-major), and their XXH3-64 checksum.
+struct StoredRange {
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+};
+
+// The checksum stored for each chunk (XXH3-64 of its stored bytes).
+uint64_t ChunkChecksum(const void* data, size_t size);
+
 class CheckpointReader {
  public:
   // Reads and checks `<path>/_SHARDKEEP`. NotFound when it is absent (a
@@ -118,6 +131,13 @@ class CheckpointReader {
   virtual Status Read(const std::string& checkpointable,
                       const std::vector<ReadRequest>& requests,
                       const Options& options) = 0;
+  // For each request (dst unused): its StoredRange when its bytes are one
+  // raw chunk of the requested dtype, else nullopt. Lets a caller map files
+  // instead of reading them (verifying the checksum itself). Requests are
+  // checked as by Read, coverage included.
+  virtual Result<std::vector<std::optional<StoredRange>>> Locate(
+      const std::string& checkpointable, const std::vector<ReadRequest>& requests,
+      const Options& options) = 0;
 };
 
 }  // namespace shardkeep

@@ -81,6 +81,30 @@ class Reader final : public CheckpointReader {
     return loaded->json;
   }
 
+  Result<std::vector<std::optional<StoredRange>>> Locate(
+      const std::string& name, const std::vector<ReadRequest>& requests,
+      const Options& options) override {
+    SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
+    std::vector<std::optional<StoredRange>> out;
+    out.reserve(requests.size());
+    for (const ReadRequest& request : requests) {
+      std::map<const StoredChunk*, ChunkRead> reads;
+      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads));
+      const StoredChunk* chunk = reads.size() == 1 ? reads.begin()->first : nullptr;
+      if (chunk == nullptr || chunk->record.box != request.box ||
+          chunk->record.codec != format::Codec::kRaw ||
+          part->meta.leaves[request.leaf].dtype != DTypeName(request.dtype)) {
+        out.emplace_back(std::nullopt);
+        continue;
+      }
+      out.push_back(StoredRange{
+          path_ + "/" + name + "/" +
+              format::DataFileName(chunk->process, chunk->record.data_file),
+          chunk->record.offset, chunk->record.stored_length, chunk->record.checksum});
+    }
+    return out;
+  }
+
   Result<std::string> ReadValue(const std::string& name) override {
     SK_ASSIGN_OR_RETURN(std::string kind, CheckListed(name));
     if (kind == "pytree") {
@@ -225,7 +249,8 @@ class Reader final : public CheckpointReader {
       ChunkRead& read = reads[&chunk];
       read.chunk = &chunk;
       const bool whole_chunk = *region == chunk.record.box;
-      if (whole_chunk && stored == request.dtype && read.placements.empty() &&
+      if (request.dst != nullptr && whole_chunk && stored == request.dtype &&
+          read.placements.empty() &&
           chunk.record.codec == format::Codec::kRaw &&
           internal::IsContiguousIn(*region, request.box)) {
         read.direct = request.dst +

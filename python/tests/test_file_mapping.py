@@ -1,0 +1,91 @@
+"""Loads that map raw chunks of the checkpoint's files (Options.map_files)."""
+
+import glob
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import shardkeep as sk
+from shardkeep import _core
+
+MAPPED = sk.Options(map_files=True)
+READ = sk.Options(map_files=False)
+
+
+def _state():
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    sharding = NamedSharding(mesh, P("x"))
+    rng = np.random.default_rng(0)
+    return {"w": jax.device_put(rng.standard_normal((64, 48)).astype(np.float32), sharding),
+            "b": rng.integers(0, 100, (8, 16), dtype=np.int32)}
+
+
+def _target(state):
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                                       sharding=getattr(a, "sharding", None))
+                        if isinstance(a, jax.Array) else a, state)
+
+
+def test_each_shard_stored_as_one_raw_chunk_is_located_in_its_data_file(ckpt):
+    sk.save(ckpt, _state())
+    reader = _core.Reader(ckpt)
+    number = {leaf["path"]: i
+              for i, leaf in enumerate(json.loads(reader.meta_json("state"))["leaves"])}
+    b, w = number["b"], number["w"]
+    requests = [(b, "int32", [0, 0], [8, 16], None), (w, "float32", [8, 0], [8, 48], None),
+                (w, "float32", [4, 0], [8, 48], None),   # spans two stored chunks
+                (w, "float64", [8, 0], [8, 48], None)]   # a cast: must be read
+    found = reader.locate("state", requests)
+    assert found[2] is None and found[3] is None
+    for (leaf, _, _, shape, _), hit in zip(requests[:2], found[:2]):
+        file, offset, length, checksum = hit
+        assert os.path.isfile(file) and file.startswith(ckpt)
+        assert length == 4 * shape[0] * shape[1]
+        with open(file, "rb") as f:
+            f.seek(offset)
+            assert _core.checksum(np.frombuffer(f.read(length), np.uint8)) == checksum
+
+
+@pytest.mark.parametrize("with_target", [True, False])
+def test_mapped_load_equals_read_load_and_survives_deletion(ckpt, with_target):
+    state = _state()
+    sk.save(ckpt, state)
+    target = _target(state) if with_target else None
+    mapped = sk.load(ckpt, target, options=MAPPED)
+    read = sk.load(ckpt, target, options=READ)
+    shutil.rmtree(ckpt)  # mapped arrays keep their (deleted) files alive
+    for key in ("w", "b"):
+        np.testing.assert_array_equal(np.asarray(mapped[key]), np.asarray(state[key]))
+        np.testing.assert_array_equal(np.asarray(read[key]), np.asarray(state[key]))
+    if with_target:
+        assert mapped["w"].sharding == state["w"].sharding
+
+
+def test_mapped_numpy_leaves_are_private_copies_on_write(ckpt):
+    sk.save(ckpt, {"a": np.arange(4096, dtype=np.float32)})
+    first = sk.load(ckpt, options=MAPPED)["a"]
+    first[:] = -1  # writes go to private pages, not to the file
+    second = sk.load(ckpt, options=MAPPED)["a"]
+    np.testing.assert_array_equal(second, np.arange(4096, dtype=np.float32))
+
+
+def test_flipped_byte_in_a_mapped_chunk_is_corruption_naming_leaf_and_file(ckpt):
+    sk.save(ckpt, {"layer": {"kernel": np.arange(4096, dtype=np.float32)}},
+            options=sk.Options(io_threads=1))
+    (data_file,) = glob.glob(os.path.join(ckpt, "state", "data", "*.bin"))
+    reader = _core.Reader(ckpt)
+    assert reader.locate("state", [(0, "float32", [0], [4096], None)])[0] is not None
+    with open(data_file, "r+b") as f:
+        f.seek(5000)
+        byte = f.read(1)
+        f.seek(5000)
+        f.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(sk.CorruptionError) as info:
+        sk.load(ckpt, options=MAPPED)
+    message = str(info.value)
+    assert "layer/kernel" in message and os.path.basename(data_file) in message
