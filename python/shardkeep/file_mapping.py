@@ -74,9 +74,18 @@ class FileMapper:
         if not self._mapped:
             return
         workers = min(len(self._mapped), os.cpu_count() or 1, _MAX_VERIFY_THREADS)
+        # One task per thread, each taking every workers-th box, so thousands
+        # of small boxes cost no more than a few thread hand-overs.
+        groups = [self._mapped[i::workers] for i in range(workers)]
         with concurrent.futures.ThreadPoolExecutor(workers, "shardkeep-verify") as pool:
-            sums = list(pool.map(lambda m: _core.checksum(dtypes.as_bytes(m[0])), self._mapped))
-        for (_, expected, path, file, offset), actual in zip(self._mapped, sums):
+            sums = list(pool.map(
+                lambda group: [_core.checksum(dtypes.as_bytes(m[0])) for m in group], groups))
+        for group, group_sums in zip(groups, sums):
+            self._check(group, group_sums)
+
+    @staticmethod
+    def _check(mapped: list[tuple], sums: list[int]) -> None:
+        for (_, expected, path, file, offset), actual in zip(mapped, sums):
             if actual != expected:
                 raise CorruptionError(
                     f"checksum mismatch: chunk of leaf {path!r} in {file} at offset {offset}"

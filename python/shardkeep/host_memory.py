@@ -112,9 +112,13 @@ def copies_of(arrays: list[np.ndarray], skip: list[bool]) -> list[np.ndarray]:
         for i in todo:
             out[i] = copy_of(arrays[i])
         return out
+    # Largest first, dealt round-robin: the threads get near-equal shares,
+    # and thousands of small arrays cost a few thread hand-overs, not one each.
+    todo.sort(key=lambda i: -arrays[i].nbytes)
+    groups = [todo[w::workers] for w in range(workers)]
     with concurrent.futures.ThreadPoolExecutor(workers, "shardkeep-stage") as pool:
-        # Largest first, so that the threads finish together.
-        todo.sort(key=lambda i: -arrays[i].nbytes)
-        for i, copy in zip(todo, pool.map(copy_of, [arrays[i] for i in todo])):
-            out[i] = copy
+        copied = pool.map(lambda group: [copy_of(arrays[i]) for i in group], groups)
+        for group, copies in zip(groups, copied):
+            for i, copy in zip(group, copies):
+                out[i] = copy
     return out
