@@ -11,6 +11,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
+from index_reader import read_index
 from shardkeep import _core
 
 MAPPED = sk.Options(map_files=True)
@@ -89,3 +90,23 @@ def test_flipped_byte_in_a_mapped_chunk_is_corruption_naming_leaf_and_file(ckpt)
         sk.load(ckpt, options=MAPPED)
     message = str(info.value)
     assert "layer/kernel" in message and os.path.basename(data_file) in message
+
+
+def test_chunks_start_at_64_byte_offsets_so_odd_sizes_do_not_stop_mapping(ckpt):
+    # A 4-byte scalar and a 3-byte array written first would shift every
+    # later chunk of the file off alignment without padding.
+    tree = {"a": np.int32(7), "b": np.ones(3, np.uint8),
+            "c": np.arange(1000, dtype=np.float32), "d": np.arange(77, dtype=np.int16)}
+    sk.save(ckpt, tree, options=sk.Options(io_threads=1))
+    with open(os.path.join(ckpt, "state", "index", "p0.idx"), "rb") as f:
+        records = read_index(f.read())
+    assert len(records) == 4
+    assert all(r["offset"] % 64 == 0 for r in records)
+    reader = _core.Reader(ckpt)
+    leaves = json.loads(reader.meta_json("state"))["leaves"]
+    requests = [(i, leaf["dtype"], [0] * len(leaf["shape"]), leaf["shape"], None)
+                for i, leaf in enumerate(leaves)]
+    assert all(found is not None for found in reader.locate("state", requests))
+    loaded = sk.load(ckpt, options=MAPPED)
+    for key, value in tree.items():
+        np.testing.assert_array_equal(loaded[key], value)

@@ -16,6 +16,8 @@
 namespace shardkeep::internal {
 namespace {
 
+constexpr uint64_t kChunkAlignment = 64;
+
 struct ChunkTask {
   const ShardData* shard;
   Box box;
@@ -66,6 +68,13 @@ class ThreadWriter {
     record.stored_length = stored_length;
     record.checksum = XXH3_64bits(stored, stored_length);
     SK_RETURN_IF_ERROR(EnsureFile(stored_length));
+    // Each chunk starts at a multiple of kChunkAlignment, so that a reader
+    // can map it and hand it to XLA, which adopts only aligned buffers.
+    static constexpr uint8_t kZeros[kChunkAlignment] = {};
+    if (const uint64_t pad = -file_bytes_ % kChunkAlignment; pad != 0) {
+      SK_RETURN_IF_ERROR(file_->Append(kZeros, pad));
+      file_bytes_ += pad;
+    }
     record.data_file = file_number_;
     record.offset = file_bytes_;
     SK_RETURN_IF_ERROR(file_->Append(stored, stored_length));
