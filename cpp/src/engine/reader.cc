@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "engine/byte_limiter.h"
@@ -59,6 +60,38 @@ struct RangeRead {
   uint64_t offset;
   uint64_t length;
   std::vector<ChunkRead*> chunks;
+};
+
+// Read buffers reused across the ranges of one Read call. A fresh buffer per
+// range costs an allocation and a first touch of every page (the dominant
+// cost on virtual machines), and std::vector would zero it too.
+class ScratchBuffers {
+ public:
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size = 0;
+  };
+
+  Buffer Take(size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        Buffer buffer = std::move(free_.back());
+        free_.pop_back();
+        if (buffer.size >= size) return buffer;
+      }
+    }
+    return {std::make_unique_for_overwrite<uint8_t[]>(size), size};
+  }
+
+  void Give(Buffer buffer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(buffer));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Buffer> free_;
 };
 
 int ProcessOfIndexFile(const std::string& name) {
@@ -124,9 +157,10 @@ class Reader final : public CheckpointReader {
     }
     std::vector<RangeRead> ranges = Coalesce(reads, options);
     internal::ByteLimiter limiter(options.ResolvedHostMemoryLimit());
+    ScratchBuffers scratch;
     return internal::ParallelFor(
         ranges.size(), options.ResolvedIoThreads(), [&](size_t i) {
-          return ReadRange(name, *part, ranges[i], limiter);
+          return ReadRange(name, *part, ranges[i], limiter, scratch);
         });
   }
 
@@ -308,7 +342,8 @@ class Reader final : public CheckpointReader {
   }
 
   Status ReadRange(const std::string& name, const OpenCheckpointable& part,
-                   const RangeRead& range, internal::ByteLimiter& limiter) {
+                   const RangeRead& range, internal::ByteLimiter& limiter,
+                   ScratchBuffers& scratch) {
     const std::string file =
         path_ + "/" + name + "/" + format::DataFileName(range.process, range.data_file);
     if (range.chunks.front()->direct) {
@@ -318,12 +353,21 @@ class Reader final : public CheckpointReader {
       return Verify(part, read, read.direct, file);
     }
     internal::ScopedBytes hold(limiter, range.length);
-    std::vector<uint8_t> buffer(range.length);
-    SK_RETURN_IF_ERROR(storage_->ReadAt(file, range.offset, range.length, buffer.data()));
+    ScratchBuffers::Buffer buffer = scratch.Take(range.length);
+    Status status = CopyOut(part, range, file, buffer.data.get());
+    scratch.Give(std::move(buffer));
+    return status;
+  }
+
+  // Reads `range` into `buffer` and copies each of its chunks, verified
+  // (and decompressed), into the destinations that need it.
+  Status CopyOut(const OpenCheckpointable& part, const RangeRead& range,
+                 const std::string& file, uint8_t* buffer) {
+    SK_RETURN_IF_ERROR(storage_->ReadAt(file, range.offset, range.length, buffer));
     std::vector<uint8_t> decompressed;
     for (ChunkRead* read : range.chunks) {
       const auto& record = read->chunk->record;
-      const uint8_t* stored = buffer.data() + (record.offset - range.offset);
+      const uint8_t* stored = buffer + (record.offset - range.offset);
       SK_RETURN_IF_ERROR(Verify(part, *read, stored, file));
       const uint8_t* raw = stored;
       if (record.codec == format::Codec::kZstd) {
