@@ -194,6 +194,8 @@ def main(argv=None) -> int:
         wanted.remove("W4")
 
     started = datetime.datetime.now(datetime.timezone.utc)
+    # Taken now: the commit measured is the one run.sh installed at the start.
+    tool_versions = versions()
     measurements = []
     for rep in range(args.reps):
         print(f"repetition {rep + 1}/{args.reps}", flush=True)
@@ -219,7 +221,7 @@ def main(argv=None) -> int:
         "machine": machine_info(),
         "filesystems": {"disk": filesystem(os.path.dirname(args.root)),
                         "tmpfs": filesystem("/dev/shm")},
-        "versions": versions(),
+        "versions": tool_versions,
         "config": {"scale": args.scale, "reps": args.reps, "tools": tools,
                    "workloads": wanted, "drop_caches": args.drop_caches,
                    "cores": os.cpu_count(),

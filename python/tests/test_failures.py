@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
+from file_edits import flip_byte
 
 _TESTS_DIR = os.path.dirname(__file__)
 
@@ -21,11 +22,7 @@ def test_flipped_byte_is_corruption_naming_leaf_and_file(ckpt):
     sk.save(ckpt, {"layer": {"kernel": np.arange(4096, dtype=np.float32)}},
             options=sk.Options(chunk_bytes=4096, io_threads=1))  # one data file
     (data_file,) = glob.glob(os.path.join(ckpt, "state", "data", "*.bin"))
-    with open(data_file, "r+b") as f:
-        f.seek(5000)
-        byte = f.read(1)
-        f.seek(5000)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(data_file, 5000)
     with pytest.raises(sk.CorruptionError) as info:
         sk.load(ckpt)
     message = str(info.value)

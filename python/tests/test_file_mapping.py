@@ -11,6 +11,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
+from file_edits import flip_byte
 from index_reader import read_index
 from shardkeep import _core
 
@@ -81,11 +82,7 @@ def test_flipped_byte_in_a_mapped_chunk_is_corruption_naming_leaf_and_file(ckpt)
     (data_file,) = glob.glob(os.path.join(ckpt, "state", "data", "*.bin"))
     reader = _core.Reader(ckpt)
     assert reader.locate("state", [(0, "float32", [0], [4096], None)])[0] is not None
-    with open(data_file, "r+b") as f:
-        f.seek(5000)
-        byte = f.read(1)
-        f.seek(5000)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(data_file, 5000)
     with pytest.raises(sk.CorruptionError) as info:
         sk.load(ckpt, options=MAPPED)
     message = str(info.value)
