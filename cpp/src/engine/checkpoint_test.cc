@@ -125,6 +125,38 @@ TEST_P(CheckpointTest, RoundTripAnyBox) {
   }
 }
 
+TEST_P(CheckpointTest, LocatesBoxesStoredAsOneRawChunkAt64ByteOffsets) {
+  Options options;
+  options.io_threads = 1;  // one data file: the scalar and four row blocks
+  SK_ASSERT_OK(Save(storage_, coordinator_, MakeRequest(path_, state_), options));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, path_));
+  const Box block{{3, 0}, {3, kCols}};
+  SK_ASSERT_OK_AND_ASSIGN(
+      auto found,
+      reader->Locate("state",
+                     {{0, DType::kFloat32, block, nullptr},
+                      {1, DType::kInt32, Box{{}, {}}, nullptr},
+                      {0, DType::kFloat32, Box{{2, 0}, {3, kCols}}, nullptr},  // 2 chunks
+                      {0, DType::kFloat64, block, nullptr}},                  // a cast
+                     options));
+  ASSERT_EQ(found.size(), 4u);
+  ASSERT_TRUE(found[0].has_value() && found[1].has_value());
+  EXPECT_FALSE(found[2].has_value());
+  EXPECT_FALSE(found[3].has_value());
+  const StoredRange& range = *found[0];
+  EXPECT_EQ(range.length, block.NumElements() * sizeof(float));
+  EXPECT_EQ(range.offset % 64, 0u);
+  EXPECT_EQ(found[1]->offset % 64, 0u);
+  std::vector<float> bytes(block.NumElements());
+  SK_ASSERT_OK(storage_->ReadAt(range.file, range.offset, range.length, bytes.data()));
+  EXPECT_EQ(range.checksum, ChunkChecksum(bytes.data(), range.length));
+  ExpectBoxMatches(bytes, block, state_);
+  // Requests are checked as Read checks them.
+  EXPECT_EQ(reader->Locate("state", {{9, DType::kFloat32, block, nullptr}}, options)
+                .status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_P(CheckpointTest, CastsOnRead) {
   SK_ASSERT_OK(Save(storage_, coordinator_, MakeRequest(path_, state_), SmallChunks()));
   SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, path_));
