@@ -226,12 +226,7 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
         path = ckpt if op == "save" else os.path.join(base, "async")
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(base, exist_ok=True)
-        tool.prepare(op)
-        gc.collect()
-        result["rss_before_kib"] = status_kib("VmRSS")
-        barrier("save")
-        reset_peak_rss()
-        start = time.perf_counter()
+        start = begin_timing(tool, op, result, "save")
         if op == "save":
             tool.save(path, state)
             result["seconds"] = time.perf_counter() - start
@@ -255,17 +250,23 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
     elif op.endswith("_warm"):
         warm(ckpt)
     target = tools.target_for(tool, workload, scale, layout)
-    tool.prepare(op)
-    gc.collect()
-    result["rss_before_kib"] = status_kib("VmRSS")
-    barrier("load")
-    reset_peak_rss()
-    start = time.perf_counter()
+    start = begin_timing(tool, op, result, "load")
     loaded = tool.load(ckpt, target)
     result["seconds"] = time.perf_counter() - start
     result["peak_rss_kib"] = status_kib("VmHWM")
     result["verified"] = verify(tool, workload, scale, loaded)
     return result
+
+
+def begin_timing(tool, op: str, result: dict, barrier_name: str) -> float:
+    """Readies ``tool`` for ``op``, records the RSS before it, meets the other
+    processes of the job and resets the peak RSS; returns the start time."""
+    tool.prepare(op)
+    gc.collect()
+    result["rss_before_kib"] = status_kib("VmRSS")
+    barrier(barrier_name)
+    reset_peak_rss()
+    return time.perf_counter()
 
 
 def save_tiny(tool, base: str, count: int = 5) -> dict:

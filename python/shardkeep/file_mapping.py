@@ -27,11 +27,9 @@ import os
 
 import numpy as np
 
-from . import _core, dtypes
+from . import _core, dtypes, host_memory
 from .errors import CorruptionError
 
-# XLA's CPU client adopts only buffers aligned like this (see host_memory).
-_ALIGNMENT = 64
 # Verifying a cold file is reading it, by page faults (each reads ahead):
 # more threads than cores keep more reads in flight. On the benchmark VM a
 # cold 4 GiB load took 2.3-2.9 s with 8 threads, 2.7-3.5 s with as many as
@@ -59,8 +57,8 @@ class FileMapper:
             if found is None:
                 continue
             file, offset, length, checksum = found
-            if offset % _ALIGNMENT or length != slot.dtype.itemsize * _count(slot.shape):
-                continue
+            if offset % host_memory.XLA_ALIGNMENT:
+                continue  # written before chunks were aligned: XLA would copy it
             data = self._file(file)
             if offset + length > data.size:
                 continue  # a short file: the read path reports it
@@ -102,10 +100,3 @@ class FileMapper:
                                       np.uint8) if size else np.empty(0, np.uint8))
             self._files[file] = data
         return data
-
-
-def _count(shape) -> int:
-    n = 1
-    for extent in shape:
-        n *= extent
-    return n

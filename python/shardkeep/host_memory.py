@@ -21,7 +21,7 @@ import numpy as np
 
 # XLA's CPU client adopts a host buffer without copying it only when its
 # address is a multiple of this; numpy's large allocations are 16 mod 64.
-_XLA_ALIGNMENT = 64
+XLA_ALIGNMENT = 64
 
 # Below one huge page a mapping cannot use one; numpy's allocator is cheaper.
 HUGE_PAGE_BYTES = 2 << 20
@@ -44,8 +44,8 @@ def empty(shape, dtype) -> np.ndarray:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes >= HUGE_PAGE_BYTES:
         return _mapped(nbytes).view(dtype).reshape(shape)
-    raw = np.empty(nbytes + _XLA_ALIGNMENT, np.uint8)
-    start = (-raw.ctypes.data) % _XLA_ALIGNMENT
+    raw = np.empty(nbytes + XLA_ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % XLA_ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
@@ -70,7 +70,7 @@ class Arena:
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes >= HUGE_PAGE_BYTES:
             return empty(shape, dtype)
-        start = -(-self._used // _XLA_ALIGNMENT) * _XLA_ALIGNMENT
+        start = -(-self._used // XLA_ALIGNMENT) * XLA_ALIGNMENT
         if self._slab is None or start + nbytes > self._slab.size:
             self._slab, start = _mapped(self.SLAB_BYTES), 0
         self._used = start + nbytes

@@ -17,10 +17,6 @@ namespace {
 
 constexpr uint64_t kRows = 12, kCols = 10;
 
-// A 12x10 float32 leaf "w" and a 0-d int32 leaf "step".
-std::string PytreeMetaJson() {
-  return testdata::PytreeMetaJson({{"w", "float32", {kRows, kCols}}, {"step", "int32", {}}});
-}
 
 struct TestState {
   std::vector<float> w;
@@ -33,10 +29,9 @@ SaveRequest MakeRequest(const std::string& path, const TestState& state) {
   SaveRequest request;
   request.path = path;
   request.step = 3;
-  CheckpointablePayload part;
-  part.name = "state";
-  part.kind = "pytree";
-  part.meta_json = PytreeMetaJson();
+  // A 12x10 float32 leaf "w" and a 0-d int32 leaf "step".
+  CheckpointablePayload part = testdata::PytreePayload(
+      "state", {{"w", "float32", {kRows, kCols}}, {"step", "int32", {}}});
   for (uint64_t r = 0; r < kRows; r += 3) {
     part.shards.push_back(
         {0, DType::kFloat32, Box{{r, 0}, {3, kCols}},

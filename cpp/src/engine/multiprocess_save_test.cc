@@ -43,10 +43,6 @@ struct TrainState {
   std::vector<float> w, bias;
 };
 
-std::string StateMetaJson() {
-  return testdata::PytreeMetaJson({{"w", "float32", {kRows, kCols}}, {"bias", "float32", {kCols}}});
-}
-
 const uint8_t* Bytes(const float* data) {
   return reinterpret_cast<const uint8_t*>(data);
 }
@@ -66,10 +62,8 @@ SaveRequest RequestOf(int p, const TrainState& state, const std::string& operati
   request.path = kPath;
   request.operation_id = operation_id;
   request.step = 3;
-  CheckpointablePayload part;
-  part.name = "state";
-  part.kind = "pytree";
-  part.meta_json = StateMetaJson();
+  CheckpointablePayload part = testdata::PytreePayload(
+      "state", {{"w", "float32", {kRows, kCols}}, {"bias", "float32", {kCols}}});
   const uint64_t row = p * kBlockRows;
   part.shards.push_back({0, DType::kFloat32, Box{{row, 0}, {kBlockRows, kCols}},
                          Bytes(state.w.data() + row * kCols)});
@@ -212,6 +206,16 @@ void ExpectAllOk(const std::vector<Status>& statuses) {
   }
 }
 
+// After a failed save: the job, restarted (a new group, no faults), saves
+// and commits over the same storage.
+void ExpectRestartedJobSaves(Job& job) {
+  job.Inject(nullptr);
+  SimulatedGroup restarted(kProcesses);
+  TrainState state(7.f);
+  ExpectAllOk(job.SaveAll(restarted, state, TestOptions(0.5)));
+  ExpectCheckpointHolds(job.shared(), state);
+}
+
 TEST(MultiprocessSaveTest, AllProcessesSaveTheirShards) {
   Job job;
   SimulatedGroup group(kProcesses);
@@ -327,11 +331,7 @@ TEST(MultiprocessSaveTest, ProcessDeadFromTheStartTimesOutTheOthers) {
   EXPECT_EQ(statuses[3].code(), StatusCode::kCancelled) << statuses[3].ToString();
   ExpectTimedOutWaitingFor(3, statuses);
   ExpectNothingCommitted(job.shared());
-
-  SimulatedGroup restarted(kProcesses);
-  TrainState state(7.f);
-  ExpectAllOk(job.SaveAll(restarted, state, TestOptions(0.5)));
-  ExpectCheckpointHolds(job.shared(), state);
+  ExpectRestartedJobSaves(job);
 }
 
 TEST(MultiprocessSaveTest, ProcessDyingAsItWritesTimesOutTheOthers) {
@@ -348,12 +348,7 @@ TEST(MultiprocessSaveTest, ProcessDyingAsItWritesTimesOutTheOthers) {
   EXPECT_FALSE(statuses[2].ok());
   ExpectTimedOutWaitingFor(2, statuses);
   ExpectNothingCommitted(job.shared());
-
-  job.Inject(nullptr);
-  SimulatedGroup restarted(kProcesses);
-  TrainState state(7.f);
-  ExpectAllOk(job.SaveAll(restarted, state, TestOptions(0.5)));
-  ExpectCheckpointHolds(job.shared(), state);
+  ExpectRestartedJobSaves(job);
 }
 
 TEST(MultiprocessSaveTest, StalledProcessTimesOutTheOthers) {

@@ -130,10 +130,9 @@ class Reader final : public CheckpointReader {
         out.emplace_back(std::nullopt);
         continue;
       }
-      out.push_back(StoredRange{
-          path_ + "/" + name + "/" +
-              format::DataFileName(chunk->process, chunk->record.data_file),
-          chunk->record.offset, chunk->record.stored_length, chunk->record.checksum});
+      out.push_back(StoredRange{DataFilePath(name, chunk->process, chunk->record.data_file),
+                                chunk->record.offset, chunk->record.stored_length,
+                                chunk->record.checksum});
     }
     return out;
   }
@@ -173,6 +172,10 @@ class Reader final : public CheckpointReader {
     }
     return NotFoundError("checkpoint " + path_ + " has no checkpointable '" + name +
                          "' (it has: " + listed + ")");
+  }
+
+  std::string DataFilePath(const std::string& name, int process, uint32_t data_file) const {
+    return path_ + "/" + name + "/" + format::DataFileName(process, data_file);
   }
 
   // Reads and checks meta.json of `name` once (a load asks for it twice:
@@ -344,8 +347,7 @@ class Reader final : public CheckpointReader {
   Status ReadRange(const std::string& name, const OpenCheckpointable& part,
                    const RangeRead& range, internal::ByteLimiter& limiter,
                    ScratchBuffers& scratch) {
-    const std::string file =
-        path_ + "/" + name + "/" + format::DataFileName(range.process, range.data_file);
+    const std::string file = DataFilePath(name, range.process, range.data_file);
     if (range.chunks.front()->direct) {
       ChunkRead& read = *range.chunks.front();
       SK_RETURN_IF_ERROR(

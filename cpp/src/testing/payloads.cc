@@ -18,6 +18,15 @@ std::string PytreeMetaJson(const std::vector<ArrayLeaf>& leaves) {
   return format::EncodeCheckpointableMeta(meta);
 }
 
+CheckpointablePayload PytreePayload(const std::string& name,
+                                    const std::vector<ArrayLeaf>& leaves) {
+  CheckpointablePayload payload;
+  payload.name = name;
+  payload.kind = "pytree";
+  payload.meta_json = PytreeMetaJson(leaves);
+  return payload;
+}
+
 CheckpointablePayload BytesPayload(const std::string& name, const std::string& value) {
   CheckpointablePayload payload;
   payload.name = name;

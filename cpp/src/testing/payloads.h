@@ -18,6 +18,11 @@ struct ArrayLeaf {
 // A pytree meta.json with these array leaves, in order.
 std::string PytreeMetaJson(const std::vector<ArrayLeaf>& leaves);
 
+// A checkpointable of kind "pytree" with these array leaves and no shards
+// yet (the test adds the shards it saves).
+CheckpointablePayload PytreePayload(const std::string& name,
+                                    const std::vector<ArrayLeaf>& leaves);
+
 // A checkpointable of kind "bytes" holding `value`.
 CheckpointablePayload BytesPayload(const std::string& name, const std::string& value);
 
