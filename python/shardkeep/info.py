@@ -10,12 +10,17 @@ from typing import Any
 
 import jax
 
-from . import _core, dtypes, shardings, tree_codec
+from . import _core, dtypes, prng_keys, shardings, tree_codec
 
 
 @dataclasses.dataclass(frozen=True)
 class LeafInfo:
-    """One saved leaf. ``bytes`` is the raw (uncompressed) size of its data."""
+    """One saved leaf. ``bytes`` is the raw (uncompressed) size of its data.
+
+    ``dtype`` and ``shape`` are those stored: typed PRNG keys (``prng_impl``
+    set) are stored as uint32 key data of shape key shape + the
+    implementation's key shape.
+    """
 
     path: str
     kind: str                 # "array", "scalar", "string" or "none"
@@ -24,6 +29,21 @@ class LeafInfo:
     sharding: dict | None     # the saved sharding description
     bytes: int
     value: Any = None         # scalar and str leaves only
+    prng_impl: str | None = None  # typed PRNG keys only, e.g. "threefry2x32"
+
+    def abstract(self) -> jax.ShapeDtypeStruct | None:
+        """The leaf as it was saved: a ShapeDtypeStruct (typed keys as key
+        dtype and key shape) with the saved sharding when this job has the
+        devices it names; None for scalar, str and None leaves."""
+        if self.kind != "array":
+            return None
+        sharding = shardings.rebuild(self.sharding)
+        if self.prng_impl is None:
+            return jax.ShapeDtypeStruct(self.shape, dtypes.from_name(self.dtype),
+                                        sharding=sharding)
+        key_rank = len(prng_keys.key_shape(self.prng_impl))
+        return jax.ShapeDtypeStruct(self.shape[:len(self.shape) - key_rank],
+                                    prng_keys.key_dtype(self.prng_impl), sharding=sharding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +64,7 @@ class CheckpointableInfo:
         restores arrays as they were sharded at save time. Scalar, str and
         None leaves stay None (loaded as Python values).
         """
-        values = [
-            jax.ShapeDtypeStruct(leaf.shape, dtypes.from_name(leaf.dtype),
-                                 sharding=shardings.rebuild(leaf.sharding))
-            if leaf.kind == "array" else None
-            for leaf in self.leaves
-        ]
-        return tree_codec.rebuild(self.tree, values)
+        return tree_codec.rebuild(self.tree, [leaf.abstract() for leaf in self.leaves])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,4 +106,4 @@ def _leaf_info(leaf: dict) -> LeafInfo:
     if leaf["kind"] == "array":
         size = math.prod(shape) * dtypes.from_name(leaf["dtype"]).itemsize
     return LeafInfo(leaf["path"], leaf["kind"], leaf.get("dtype"), shape,
-                    leaf.get("sharding"), size, leaf.get("value"))
+                    leaf.get("sharding"), size, leaf.get("value"), leaf.get("prng_impl"))

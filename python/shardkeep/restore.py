@@ -13,7 +13,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import dtypes, file_mapping, host_memory, shardings, tree_codec
+from . import dtypes, file_mapping, host_memory, prng_keys, shardings, tree_codec
 from .errors import IncompatibleError, InvalidArgumentError
 
 
@@ -157,7 +157,47 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any,
         return [], lambda: saved["value"]
     if kind == "scalar":
         return _plan_scalar(where, saved, target)
+    if _wants_keys(saved, target):
+        return _plan_keys(where, number, saved, target, puts)
     return _plan_array(where, number, saved, target, puts)
+
+
+def _wants_keys(saved: dict, target: Any) -> bool:
+    """Typed PRNG keys are built for a typed-key target and, without a
+    target, for leaves saved from typed keys; any other target (uint32 key
+    data included) takes the stored data as it is."""
+    if target is None:
+        return saved.get("prng_impl") is not None
+    return hasattr(target, "dtype") and prng_keys.is_key(target.dtype)
+
+
+def _plan_keys(where: str, number: int, saved: dict, target: Any,
+               puts: _DevicePuts) -> _Plan:
+    """Typed keys from stored key data: with the target's implementation,
+    shape and sharding, or without a target the saved ones (the saved
+    sharding when this job has its devices, else the default device).
+    Key data saved by hand (uint32, no "prng_impl") loads onto a typed-key
+    target of matching shape too."""
+    path, stored = saved["path"], tuple(saved["shape"])
+    saved_impl = saved.get("prng_impl")
+    if target is None:
+        impl = saved_impl
+        shape = stored[:max(len(stored) - len(prng_keys.key_shape(impl)), 0)]
+        sharding = shardings.rebuild(saved["sharding"]) or _default_sharding()
+    else:
+        impl = prng_keys.impl_name(target.dtype)
+        if saved_impl not in (None, impl):
+            raise IncompatibleError(f"{where}: leaf {path!r} holds {saved_impl} keys in the"
+                                    f" checkpoint, the target wants {impl} keys")
+        shape = tuple(target.shape)
+        sharding = _target_sharding(where, path, target)
+    needed = shape + prng_keys.key_shape(impl)
+    if saved["dtype"] != prng_keys.DATA_DTYPE.name or stored != needed:
+        raise IncompatibleError(
+            f"{where}: leaf {path!r} is {saved['dtype']}{list(stored)} in the checkpoint;"
+            f" {impl} keys of shape {list(shape)} need key data of uint32{list(needed)}")
+    return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, puts,
+                         key_impl=impl)
 
 
 def _plan_scalar(where: str, saved: dict, target: Any) -> _Plan:
@@ -166,7 +206,7 @@ def _plan_scalar(where: str, saved: dict, target: Any) -> _Plan:
         return [], lambda: value
     _check_target_shape(where, saved["path"], (), target)
     host = np.asarray(value, dtypes.from_name(saved["dtype"])).astype(_target_dtype(target))
-    return [], lambda: _deliver(host, target)
+    return [], lambda: _deliver(host, target, where, saved["path"])
 
 
 def _decode_scalar(saved: dict):
@@ -190,18 +230,29 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
     dtype = _target_dtype(target)
     if isinstance(target, (np.ndarray, np.generic)):
         slot = _Slot(number, path, whole, shape, dtype)
-        return [slot], lambda: _deliver(slot.buffer, target)
-    return _plan_sharded(number, path, shape, dtype, _target_sharding(target), puts)
+        return [slot], lambda: _deliver(slot.buffer, target, where, path)
+    return _plan_sharded(number, path, shape, dtype, _target_sharding(where, path, target), puts)
 
 
 def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
-                  sharding: jax.sharding.Sharding, puts: _DevicePuts) -> _Plan:
-    slots = [_Slot(number, path, origin, extent, dtype, devices)
+                  sharding: jax.sharding.Sharding, puts: _DevicePuts,
+                  key_impl: str | None = None) -> _Plan:
+    """A jax.Array of ``shape`` with ``sharding``; with ``key_impl``, typed
+    keys whose stored data has the implementation's key shape appended."""
+    key_shape = prng_keys.key_shape(key_impl) if key_impl else ()
+    key_origin = (0,) * len(key_shape)
+    slots = [_Slot(number, path, origin + key_origin, extent + key_shape, dtype, devices)
              for (origin, extent), devices in
              shardings.addressable_boxes(sharding, shape).items()]
 
     def finish():
         arrays = [a for slot in slots for a in puts.arrays(slot.key)]
+        if key_impl:
+            # Typed keys are assembled from their per-device data in the
+            # sharding's device order, unlike plain arrays.
+            order = {d: i for i, d in enumerate(sharding.addressable_devices_indices_map(shape))}
+            arrays.sort(key=lambda a: order[next(iter(a.devices()))])
+            arrays = [prng_keys.wrap(a, key_impl) for a in arrays]
         if len(arrays) == 1 and isinstance(sharding, jax.sharding.SingleDeviceSharding):
             return arrays[0]  # already the requested array
         return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
@@ -229,22 +280,34 @@ def _target_dtype(target) -> np.dtype:
     return np.dtype(target.dtype)
 
 
-def _target_sharding(target) -> jax.sharding.Sharding:
+def _target_sharding(where: str, path: str, target) -> jax.sharding.Sharding:
     sharding = getattr(target, "sharding", None)
-    if isinstance(sharding, jax.sharding.Sharding):
-        return sharding
-    # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
-    # where JAX puts new arrays.
+    if not isinstance(sharding, jax.sharding.Sharding):
+        # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
+        # where JAX puts new arrays.
+        return _default_sharding()
+    if shardings.is_abstract(sharding):
+        concrete = shardings.on_current_mesh(sharding)
+        if concrete is None:
+            raise InvalidArgumentError(
+                f"{where}: target leaf {path!r} is sharded over an abstract mesh"
+                f" ({sharding.mesh}) and no concrete mesh of that shape is set; load inside"
+                " `with jax.set_mesh(mesh):` or give NamedSharding(mesh, spec) targets")
+        return concrete
+    return sharding
+
+
+def _default_sharding() -> jax.sharding.Sharding:
     return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
-def _deliver(host: np.ndarray, target: Any):
+def _deliver(host: np.ndarray, target: Any, where: str, path: str):
     """``host`` in the form the target leaf asks for."""
     if isinstance(target, np.generic):
         return host[()]
     if isinstance(target, np.ndarray):
         return host
-    return jax.device_put(host, _target_sharding(target))
+    return jax.device_put(host, _target_sharding(where, path, target))
 
 
 def _describe(target) -> str:

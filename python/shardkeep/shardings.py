@@ -12,7 +12,7 @@ from typing import Sequence
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (origin, shape)
 
@@ -121,6 +121,22 @@ def _one_device_per_process(devices: list[jax.Device]) -> list[jax.Device]:
 # A training state has many leaves of few (sharding, shape) pairs, and the
 # global map has an entry per device of the job.
 _cached_replica_slices = functools.lru_cache(maxsize=1024)(_plan_replica_slices)
+
+
+def is_abstract(sharding: jax.sharding.Sharding) -> bool:
+    """Whether ``sharding`` names mesh axes but no devices (a NamedSharding
+    over an AbstractMesh, as ``flax.nnx.eval_shape`` returns under
+    ``jax.set_mesh``)."""
+    return isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, AbstractMesh)
+
+
+def on_current_mesh(sharding: NamedSharding) -> NamedSharding | None:
+    """An abstract-mesh sharding placed on the concrete mesh set by
+    ``jax.set_mesh``, or None when none is set or its axes differ."""
+    mesh = jax.sharding.get_mesh()
+    if mesh.empty or dict(mesh.shape) != dict(sharding.mesh.shape):
+        return None
+    return NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
 
 
 def on_cpu(sharding: jax.sharding.Sharding) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import jax
 import numpy as np
 
-from . import dtypes, host_memory, shardings, tree_codec
+from . import dtypes, host_memory, prng_keys, shardings, tree_codec
 from .errors import InvalidArgumentError
 
 _INT64 = np.iinfo(np.int64)
@@ -88,6 +88,8 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
     if isinstance(value, (bool, int, float)):
         return {**base, "kind": "scalar", **_scalar_spec(path, value), "shape": []}, []
     if isinstance(value, jax.Array):
+        if prng_keys.is_key(value.dtype):
+            return _plan_key_array(path, value, replica_parallel)
         return _plan_jax_array(path, value, replica_parallel)
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
@@ -99,8 +101,10 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
         return meta, sources
     raise InvalidArgumentError(
         f"leaf {path!r} has unsupported type {type(value).__module__}.{type(value).__qualname__};"
-        " supported leaves are jax.Array, numpy arrays and scalars, bool, int, float, str and"
-        " None")
+        " supported leaves are jax.Array (typed PRNG keys included), numpy arrays and scalars,"
+        " bool, int, float, str and None. Save only the array part of the tree, e.g. for an"
+        " Equinox module `params, static = eqx.partition(model, eqx.is_array)` and save"
+        " `params`, or replace the leaf with None")
 
 
 def _scalar_spec(path: str, value) -> dict:
@@ -119,9 +123,20 @@ def _scalar_spec(path: str, value) -> dict:
     return {"dtype": "float64", "value": encoded}
 
 
+def _plan_key_array(path: str, keys: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
+    """Typed PRNG keys are saved as their key data plus the implementation's
+    name; the sharding described is the key array's own, which a load
+    without a target gives back."""
+    _check_not_deleted(path, keys)
+    meta, sources = _plan_jax_array(path, prng_keys.data_of(keys), replica_parallel)
+    if meta["sharding"] is not None:
+        meta["sharding"] = shardings.describe(keys.sharding)
+    meta["prng_impl"] = prng_keys.impl_name(keys.dtype)
+    return meta, sources
+
+
 def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
-    if arr.is_deleted():
-        raise InvalidArgumentError(f"leaf {path!r} is a deleted (donated?) jax.Array")
+    _check_not_deleted(path, arr)
     _check_dtype(path, arr.dtype)
     sharding = arr.sharding
     meta = {"path": path, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
@@ -181,11 +196,17 @@ def _slice_of(data: jax.Array, index: tuple[slice, ...]):
     return data[index]
 
 
+def _check_not_deleted(path: str, arr: jax.Array) -> None:
+    if arr.is_deleted():
+        raise InvalidArgumentError(f"leaf {path!r} is a deleted (donated?) jax.Array")
+
+
 def _check_dtype(path: str, dtype) -> None:
     if not dtypes.is_supported(dtype):
         raise InvalidArgumentError(
-            f"leaf {path!r} has unsupported dtype {dtype} (save PRNG keys as"
-            " jax.random.key_data(key))")
+            f"leaf {path!r} has unsupported dtype {dtype}; supported are bool, integer, float"
+            " and complex types, the ml_dtypes types (bfloat16, float8, int4…) and typed PRNG"
+            " keys")
 
 
 def _to_host(src) -> np.ndarray:

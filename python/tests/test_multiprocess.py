@@ -230,3 +230,9 @@ def test_a_save_failing_on_one_process_keeps_later_saves_in_step(tmp_path):
     assert results[1]["first_error"] == "InvalidArgumentError"
     assert results[0]["first_error"] == "TimeoutError"
     assert all(r["second_ok"] for r in results)
+
+
+def test_typed_prng_keys_across_processes(tmp_path):
+    results = harness.run_job(2, 2, "typed_keys", {"path": str(tmp_path / "ckpt")})
+    # 6 key leaves, loaded twice (targeted, untargeted), 2 local devices each.
+    assert [r["checked"] for r in results] == [6 * 2 * 2] * 2

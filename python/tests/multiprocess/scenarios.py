@@ -241,3 +241,43 @@ def save_after_one_process_failed(path: str, timeout_s: float) -> dict:
     return {"first_error": first_error,
             "second_ok": bool(np.array_equal(loaded["w"], state["w"])
                               and int(loaded["local"]) == 5)}
+
+
+KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+
+
+def _key_data(impl: str, shape: tuple) -> np.ndarray:
+    """Deterministic key data of ``impl`` for keys of ``shape``, the same everywhere."""
+    keys = jax.random.split(jax.random.key(len(impl), impl=impl), int(np.prod(shape)))
+    return np.asarray(jax.random.key_data(keys)).reshape(shape + (-1,))
+
+
+def typed_keys(path: str) -> dict:
+    """Typed PRNG keys of each implementation, sharded over every process
+    (and one replicated), saved asynchronously, then loaded onto a
+    transposed mesh and without a target; returns the shards checked."""
+    m = mesh((2, 2))
+    state = {}
+    for impl in KEY_IMPLS:
+        for name, spec in ((impl, P("a", "b")), (impl + "-replicated", P())):
+            data = _key_data(impl, (4, 6))
+            physical = jax.make_array_from_callback(
+                data.shape, NamedSharding(m, spec), lambda index, d=data: d[index])
+            state[name] = jax.random.wrap_key_data(physical, impl=impl)
+    sk.save_async(path, state, options=_options()).result()
+    other = mesh((2, 2), transpose=True)
+    target = {name: jax.ShapeDtypeStruct((4, 6), keys.dtype,
+                                         sharding=NamedSharding(other, P("b", None)))
+              for name, keys in state.items()}
+    checked = 0
+    for loaded, want in ((sk.load(path, target), target), (sk.load(path), state)):
+        for name, keys in loaded.items():
+            impl = name.split("-")[0]
+            assert keys.dtype == state[name].dtype and keys.shape == (4, 6), (name, keys)
+            assert keys.sharding == want[name].sharding, (name, keys.sharding)
+            full = _key_data(impl, (4, 6))
+            for shard in keys.addressable_shards:
+                got = np.asarray(jax.random.key_data(shard.data))
+                assert got.tobytes() == full[shard.index[:2]].tobytes(), (name, shard.index)
+                checked += 1
+    return {"checked": checked}
