@@ -20,5 +20,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" \
-  numpy ml_dtypes jax pytest xxhash optax
+  numpy ml_dtypes jax pytest xxhash optax flax equinox
 .venv/bin/pip install -q --no-build-isolation .

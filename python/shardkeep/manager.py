@@ -97,9 +97,10 @@ class CheckpointManager:
     ``save(step, tree_or_checkpointables)`` writes ``<root>/<step>`` (the step
     zero-padded to ``step_width`` digits) when the step is due: a multiple
     of ``save_interval_steps``, ``force=True``, or the step at which a
-    preemption notice was agreed. A Mapping is saved as checkpointables
-    (each top-level key can be loaded alone); anything else as the single
-    checkpointable "state". With ``async_save`` the call returns after the
+    preemption notice was agreed. A plain ``dict`` is saved as
+    checkpointables (each top-level key can be loaded alone); anything
+    else, Mapping pytrees such as ``flax.nnx.State`` included, as the
+    single checkpointable "state". With ``async_save`` the call returns after the
     device-to-host copy and at most one save is in flight.
 
     Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
@@ -213,7 +214,7 @@ class CheckpointManager:
             return False
         metrics = _plain_metrics(metrics)
         self._wait_pending()
-        items = (dict(tree_or_checkpointables) if isinstance(tree_or_checkpointables, Mapping)
+        items = (dict(tree_or_checkpointables) if _names_checkpointables(tree_or_checkpointables)
                  else {"state": tree_or_checkpointables})
         name = f"{step:0{self._width}d}"
         started = time.monotonic()
@@ -235,9 +236,9 @@ class CheckpointManager:
         """Loads committed step ``step`` (None: the latest).
 
         ``target`` None loads every checkpointable and returns a dict of
-        them; a Mapping names the checkpointables to load (reading no
-        others) with their targets and returns a dict; anything else is the
-        target of the checkpointable "state", which is returned alone.
+        them; a plain ``dict`` names the checkpointables to load (reading
+        no others) with their targets and returns a dict; anything else is
+        the target of the checkpointable "state", which is returned alone.
         The step is not deleted while it is being loaded.
         """
         self._check_open()
@@ -252,7 +253,7 @@ class CheckpointManager:
             path = os.path.join(self._root, self._names[step])
         options = options if options is not None else self._options
         try:
-            if target is None or isinstance(target, Mapping):
+            if target is None or _names_checkpointables(target):
                 return load_checkpointables(path, target, partial=partial,
                                                      options=options)
             return load_state(path, target, partial=partial, options=options)
@@ -456,6 +457,15 @@ class CheckpointManager:
     def _not_committed(self, step: int) -> str:
         return (f"step {step} is not a committed checkpoint under {self._root!r};"
                 f" committed steps: {sorted(self._steps)}")
+
+
+def _names_checkpointables(value: Any) -> bool:
+    """Whether ``value`` maps checkpointable names to values or targets.
+
+    Only a plain dict does: Mapping pytree nodes (``flax.nnx.State``,
+    FrozenDict) are trees whose keys are module attributes, not parts.
+    """
+    return type(value) is dict
 
 
 def _local_root(root) -> str:
