@@ -29,6 +29,8 @@ const char* ErrorClassName(StatusCode code) {
     case StatusCode::kStorage: return "StorageError";
     case StatusCode::kAlreadyExists: return "AlreadyExistsError";
     case StatusCode::kInvalidArgument: return "InvalidArgumentError";
+    case StatusCode::kOutOfSpace: return "OutOfSpaceError";
+    case StatusCode::kCommitStateUnknown: return "CommitStateUnknownError";
     default: return "ShardkeepError";
   }
 }

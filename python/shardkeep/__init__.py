@@ -6,9 +6,9 @@
 """
 
 from .checkpointables import JsonValue, register_kind
-from .errors import (AlreadyExistsError, CorruptionError, IncompatibleError,
-                     InvalidArgumentError, NotFoundError, ShardkeepError, StorageError,
-                     TimeoutError)
+from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionError,
+                     IncompatibleError, InvalidArgumentError, NotFoundError,
+                     OutOfSpaceError, ShardkeepError, StorageError, TimeoutError)
 from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .load import load, load_checkpointables
 from .manager import CheckpointManager
@@ -17,7 +17,7 @@ from .save import (SaveFuture, save, save_async, save_checkpointables,
                    save_checkpointables_async)
 
 __all__ = [
-    "CheckpointManager",
+    "CheckpointManager", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError", "load",

@@ -39,3 +39,15 @@ class AlreadyExistsError(ShardkeepError, FileExistsError):
 
 class InvalidArgumentError(ShardkeepError, ValueError):
     """An argument is malformed: unsupported leaf type, bad option, bad path."""
+
+
+class OutOfSpaceError(StorageError):
+    """The storage is full; the message gives the bytes needed and free."""
+
+
+class CommitStateUnknownError(ShardkeepError):
+    """A save failed at a point where its checkpoint may or may not exist.
+
+    The commit's outcome could not be settled (the coordination service or
+    the storage failed while deciding it). Check the path before retrying.
+    """

@@ -21,6 +21,9 @@ enum class StatusCode {
   kAlreadyExists,    // refusing to overwrite a committed checkpoint
   kCancelled,        // another participant failed; this one stopped
   kInternal,         // a bug in shardkeep
+  kOutOfSpace,       // the storage is full (a kind of storage failure)
+  kCommitStateUnknown,  // a save failed where its checkpoint may or may not
+                        // have been committed; check before retrying
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -56,6 +59,8 @@ Status StorageError(std::string message);
 Status AlreadyExistsError(std::string message);
 Status CancelledError(std::string message);
 Status InternalError(std::string message);
+Status OutOfSpaceError(std::string message);
+Status CommitStateUnknownError(std::string message);
 // A StorageError built from errno: "<what>: <strerror(err)>".
 Status ErrnoError(const std::string& what, int err);
 

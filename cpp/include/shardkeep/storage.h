@@ -18,6 +18,9 @@ namespace shardkeep {
 struct StorageFeatures {
   bool atomic_rename = false;  // Rename() of a directory is atomic
   bool durable_sync = false;   // Sync()/SyncDir() make data survive a crash
+  // Exchange() may swap two entries atomically (it still answers false
+  // where the file system under the paths cannot).
+  bool atomic_exchange = false;
 };
 
 // A file being written front to back by one thread.
@@ -73,6 +76,16 @@ class Storage {
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // Makes the entries of directory `dir` (creations, renames) durable.
   virtual Status SyncDir(const std::string& dir) = 0;
+  // Swaps the files or directories at `a` and `b` in one atomic step: no
+  // observer, and no crash, ever sees either name missing. Both must exist
+  // (NotFound otherwise). Returns false, changing nothing, where the
+  // backend or the file system under these paths cannot swap atomically;
+  // the caller then needs another way. The default never can.
+  virtual Result<bool> Exchange(const std::string& a, const std::string& b) {
+    (void)a;
+    (void)b;
+    return false;
+  }
 };
 
 std::shared_ptr<Storage> NewFileStorage();

@@ -16,6 +16,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAlreadyExists: return "AlreadyExists";
     case StatusCode::kCancelled: return "Cancelled";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOutOfSpace: return "OutOfSpace";
+    case StatusCode::kCommitStateUnknown: return "CommitStateUnknown";
   }
   return "Unknown";
 }
@@ -39,6 +41,10 @@ Status StorageError(std::string m) { return {StatusCode::kStorage, std::move(m)}
 Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+Status OutOfSpaceError(std::string m) { return {StatusCode::kOutOfSpace, std::move(m)}; }
+Status CommitStateUnknownError(std::string m) {
+  return {StatusCode::kCommitStateUnknown, std::move(m)};
+}
 
 Status ErrnoError(const std::string& what, int err) {
   char buffer[256];

@@ -2,20 +2,26 @@
 // not at all:
 //
 //  Blocking phase (caller's thread):
-//   1. Validate the request against its own meta.json.
+//   1. Validate the request against its own meta.json. Publish this
+//      process's MetaDigest (checkpointables, kinds, meta.json hashes).
 //   2. Primary: refuse a committed checkpoint at <path> unless `force`;
 //      remove a stale <path>.shardkeep-tmp left by a crash; create it fresh
 //      with <checkpointable>/{data,index}/ folders. Agreement "prepared".
+//      Then the primary compares every process's digest with its own and
+//      publishes the verdict; a disagreement fails the save everywhere,
+//      naming the processes that differ (only the primary's meta.json is
+//      written, so it must describe everyone's shards).
 //  Background phase (a thread owned by the SaveHandle):
 //   3. Every process writes its chunks and its index into the temporary
 //      folder and fsyncs them (WriteShards). The primary also writes the
 //      values of json/bytes checkpointables.
 //   4. Agreement "written".
 //   5. Primary: writes every meta.json, then _SHARDKEEP, fsyncs them and
-//      their folders; claims the outcome "commit" (see below); renames
-//      <path>.shardkeep-tmp to <path> and fsyncs the parent. With `force`, a
-//      committed <path> is first moved to <path>.shardkeep-old and deleted
-//      after the rename. It then publishes the result of the commit.
+//      their folders; claims the outcome "commit" (see below); moves
+//      <path>.shardkeep-tmp to <path> (MakeVisible, make_visible.h: with
+//      `force`, an atomic exchange with the committed checkpoint where the
+//      storage can, two renames otherwise) and fsyncs the parent. It then
+//      publishes the result of the commit.
 //   6. Every other process waits for that published result; the futures
 //      resolve with it.
 //
@@ -31,11 +37,20 @@
 // "commit" just before the rename and a process that gives up sets it to
 // "abort". Whoever sets it first decides; the primary renames only if it
 // won, and a process that lost waits for the primary's published result.
+// A process that can neither record its "abort" nor read the key back
+// cannot know who won: it fails with CommitStateUnknown, never with
+// "nothing was committed".
 //
 // The rename is the commit point. If the parent-directory fsync after it
 // fails, the rename is undone (the checkpoint was never reported durable);
-// failing to delete <path>.shardkeep-old after a forced replace only leaves
-// that folder behind for the next save to remove.
+// if undoing fails too, the save fails with CommitStateUnknown.
+//
+// A failed save removes its <path>.shardkeep-tmp: the primary deletes it
+// once every process knows the save failed (after a failed agreement, or
+// after publishing a failed commit), so leftovers of failed saves do not
+// fill the storage. A straggler still writing after the others timed out
+// may leave some files; the next save to <path> removes them. A save that
+// runs out of space says how many bytes the process meant to write.
 //
 // A crash before the rename leaves only the temporary folder, which no
 // reader accepts (it has no _SHARDKEEP at <path>) and the next save removes.
@@ -44,6 +59,8 @@
 #include <cstdio>
 #include <set>
 
+#include "engine/make_visible.h"
+#include "engine/meta_agreement.h"
 #include "engine/shard_writer.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
@@ -54,7 +71,6 @@ namespace shardkeep {
 namespace {
 
 constexpr char kTmpSuffix[] = ".shardkeep-tmp";
-constexpr char kOldSuffix[] = ".shardkeep-old";
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -66,13 +82,6 @@ std::string FormatSeconds(double seconds) {
   char text[32];
   std::snprintf(text, sizeof(text), "%g s", seconds);
   return text;
-}
-
-std::string ParentDir(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 // Every process numbers its saves in the same order, so the n-th save has
@@ -148,6 +157,20 @@ std::string ValueFileName(const std::string& kind) {
   return kind == "json" ? "value.json" : "value.bin";
 }
 
+// The bytes a process writes for `parts` before compression: its shards,
+// and on the primary also the values and every meta.json.
+uint64_t BytesToWrite(const std::vector<CheckpointablePayload>& parts,
+                      bool primary) {
+  uint64_t total = 0;
+  for (const CheckpointablePayload& part : parts) {
+    for (const ShardData& shard : part.shards) {
+      total += shard.box.NumElements() * DTypeSize(shard.dtype);
+    }
+    if (primary) total += part.value.size() + part.meta_json.size();
+  }
+  return total;
+}
+
 class SaveOperation {
  public:
   SaveOperation(std::shared_ptr<Storage> storage,
@@ -164,8 +187,12 @@ class SaveOperation {
   // Steps 1–2.
   Status Prepare() {
     Status local = ValidateRequest(request_);
+    if (local.ok()) local = PublishMetaDigest();
     if (local.ok() && coordinator_->is_primary()) local = PrepareTemporaryDir();
-    return Agree("prepared", local);
+    Status agreed = Agree("prepared", local);
+    if (agreed.ok()) agreed = AgreeOnMeta();
+    if (!agreed.ok()) RemoveTemporaryDir();
+    return agreed;
   }
 
   // Steps 3–6.
@@ -175,20 +202,30 @@ class SaveOperation {
       local = WritePart(part);
       if (!local.ok()) break;
     }
-    SK_RETURN_IF_ERROR(Agree("written", local));
-    if (coordinator_->is_primary()) {
-      Status committed = Commit();
-      // Best effort: a peer that cannot read this times out on its own.
-      (void)coordinator_->KeyValueSet(Key("result"), committed.ok()
-                                                         ? std::string("ok")
-                                                         : committed.ToString());
-      return committed;
+    Status written = Agree("written", ExplainIfOutOfSpace(local));
+    if (!written.ok()) {
+      RemoveTemporaryDir();
+      return written;
     }
-    return AwaitCommit();
+    if (!coordinator_->is_primary()) return AwaitCommit();
+    Status committed = ExplainIfOutOfSpace(Commit());
+    // Best effort: a peer that cannot read this times out on its own.
+    (void)coordinator_->KeyValueSet(Key("result"), committed.ok()
+                                                       ? std::string("ok")
+                                                       : committed.ToString());
+    // Whatever the commit left at tmp_ is not committed, unless its state
+    // is unknown: then nothing is touched.
+    if (!committed.ok() && committed.code() != StatusCode::kCommitStateUnknown) {
+      RemoveTemporaryDir();
+    }
+    return committed;
   }
 
  private:
   std::string Key(const std::string& name) const { return id_ + "/" + name; }
+  std::string MetaKey(int process) const {
+    return Key("prepared/meta/" + std::to_string(process));
+  }
 
   // Every process reports the outcome of a phase, then meets the others at
   // the phase's barrier: a failure anywhere fails the phase everywhere, so
@@ -206,8 +243,15 @@ class SaveOperation {
       if (!reported.ok() && reported.code() != StatusCode::kAlreadyExists) return local;
     }
     Status barrier = coordinator_->Barrier(Key(phase), options_.timeout_s);
+    if (!barrier.ok()) {
+      // A straggler's own failure may come from the others giving up (the
+      // primary removes the temporary folder): the barrier's is the cause.
+      Status failed = barrier.WithContext("save of " + request_.path);
+      if (local.ok()) return failed;
+      return Status(failed.code(), failed.message() +
+                                       "; this process failed too: " + local.ToString());
+    }
     if (!local.ok()) return local;
-    if (!barrier.ok()) return barrier.WithContext("save of " + request_.path);
     SK_ASSIGN_OR_RETURN(std::optional<std::string> failure,
                         coordinator_->KeyValueTryGet(failed_key));
     if (failure) {
@@ -217,29 +261,109 @@ class SaveOperation {
     return Status::Ok();
   }
 
+  // Step 1's publication; every process's is set before it arrives at
+  // "prepared", so the primary finds them all after that agreement.
+  Status PublishMetaDigest() {
+    if (coordinator_->process_count() == 1) return Status::Ok();
+    return coordinator_
+        ->KeyValueSet(MetaKey(coordinator_->process_index()),
+                      internal::MetaDigest(request_.parts))
+        .WithContext("publishing what this process saves");
+  }
+
+  // The end of step 2: the primary's verdict on the digests, the same
+  // status on every process.
+  Status AgreeOnMeta() {
+    if (coordinator_->process_count() == 1) return Status::Ok();
+    const std::string verdict_key = Key("prepared/verdict");
+    std::string verdict;
+    if (coordinator_->is_primary()) {
+      Result<std::string> judged = JudgeMetaDigests();
+      verdict = judged.ok() ? *judged
+                            : "the primary could not compare them: " +
+                                  judged.status().ToString();
+      Status published = coordinator_->KeyValueSet(verdict_key, verdict);
+      SK_RETURN_IF_ERROR(judged.status());
+      SK_RETURN_IF_ERROR(published.WithContext("save of " + request_.path +
+                                               ": publishing the meta.json verdict"));
+    } else {
+      Result<std::string> published =
+          coordinator_->KeyValueGet(verdict_key, options_.timeout_s);
+      SK_RETURN_IF_ERROR(published.status().WithContext(
+          "save of " + request_.path + ": waiting for the primary's meta.json verdict"));
+      verdict = std::move(*published);
+    }
+    if (verdict.empty()) return Status::Ok();
+    return InvalidArgumentError("save of " + request_.path +
+                                ": the processes disagree on what to save: " + verdict);
+  }
+
+  // "" when every process publishes the primary's digest; otherwise which
+  // processes differ and how.
+  Result<std::string> JudgeMetaDigests() {
+    std::vector<std::string> digests(coordinator_->process_count());
+    for (int p = 0; p < coordinator_->process_count(); ++p) {
+      SK_ASSIGN_OR_RETURN(std::optional<std::string> digest,
+                          coordinator_->KeyValueTryGet(MetaKey(p)));
+      if (!digest) {
+        return InternalError("save of " + request_.path + ": process " +
+                             std::to_string(p) +
+                             " arrived at 'prepared' without publishing its meta.json digest");
+      }
+      digests[p] = std::move(*digest);
+    }
+    return internal::DescribeDisagreement(digests);
+  }
+
   // Step 6 on a non-primary process.
   Status AwaitCommit() {
     Result<std::string> result =
         coordinator_->KeyValueGet(Key("result"), options_.timeout_s);
-    if (!result.ok() && result.status().code() == StatusCode::kTimeout) {
-      Status claim = coordinator_->KeyValueSet(Key("outcome"), "abort");
-      std::optional<std::string> outcome = std::string("abort");
-      if (claim.code() == StatusCode::kAlreadyExists) {
-        SK_ASSIGN_OR_RETURN(outcome, coordinator_->KeyValueTryGet(Key("outcome")));
-      }
+    if (!result.ok()) {
+      const std::string silence =
+          result.status().code() == StatusCode::kTimeout
+              ? "the primary (process 0) did not report the commit within " +
+                    FormatSeconds(options_.timeout_s)
+              : "waiting for the primary's commit failed (" +
+                    result.status().ToString() + ")";
+      SK_ASSIGN_OR_RETURN(std::string outcome, SettleOutcome(silence));
       if (outcome != "commit") {
-        return TimeoutError("save of " + request_.path + ": the primary (process 0) " +
-                            "did not report the commit within " +
-                            FormatSeconds(options_.timeout_s) + "; nothing was committed");
+        return TimeoutError("save of " + request_.path + ": " + silence +
+                            "; nothing was committed");
       }
       // The primary claimed the commit first: its result decides.
       result = coordinator_->KeyValueGet(Key("result"), options_.timeout_s);
+      if (!result.ok()) {
+        return CommitStateUnknownError(
+            "save of " + request_.path + ": the primary (process 0) claimed the " +
+            "commit but its result did not arrive (" + result.status().ToString() +
+            "); the checkpoint may or may not exist at " + request_.path);
+      }
     }
-    SK_RETURN_IF_ERROR(result.status().WithContext(
-        "save of " + request_.path + ": waiting for the primary's commit"));
     if (*result == "ok") return Status::Ok();
     return CancelledError("save of " + request_.path +
                           " was not committed because the primary failed: " + *result);
+  }
+
+  // After the primary's `silence`: claims "abort" for the outcome, and
+  // returns the outcome that holds ("abort", or "commit" when the primary
+  // claimed it first). CommitStateUnknown when neither the claim nor the
+  // key can be established: the primary may still commit.
+  Result<std::string> SettleOutcome(const std::string& silence) {
+    const std::string outcome_key = Key("outcome");
+    const Status claim = coordinator_->KeyValueSet(outcome_key, "abort");
+    if (claim.ok()) return std::string("abort");
+    // AlreadyExists: another process decided first. Any other error: this
+    // claim may or may not have been stored. Either way the key says.
+    Result<std::optional<std::string>> decided =
+        coordinator_->KeyValueTryGet(outcome_key);
+    if (decided.ok() && decided->has_value()) return **decided;
+    return CommitStateUnknownError(
+        "save of " + request_.path + ": " + silence +
+        ", and this process could not record that it gave up (" + claim.ToString() +
+        (decided.ok() ? "" : "; reading the outcome back: " + decided.status().ToString()) +
+        "); the checkpoint may or may not be committed at " + request_.path +
+        ": check it before relying on it");
   }
 
   Status PrepareTemporaryDir() {
@@ -267,6 +391,22 @@ class SaveOperation {
       SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/index"));
     }
     return Status::Ok();
+  }
+
+  // Once every process knows the save failed, its files are garbage. Best
+  // effort: the next save to this path removes what is left.
+  void RemoveTemporaryDir() {
+    if (coordinator_->is_primary()) (void)storage_->DeleteRecursive(tmp_);
+  }
+
+  // A full disk is named as such, with what this process meant to write.
+  Status ExplainIfOutOfSpace(const Status& status) const {
+    if (status.code() != StatusCode::kOutOfSpace) return status;
+    return status.WithContext(
+        "save of " + request_.path + " ran out of space: process " +
+        std::to_string(coordinator_->process_index()) + " had " +
+        std::to_string(BytesToWrite(request_.parts, coordinator_->is_primary())) +
+        " bytes to write (before compression) into " + tmp_);
   }
 
   Status WritePart(const CheckpointablePayload& part) {
@@ -312,32 +452,11 @@ class SaveOperation {
                             " not committed: other processes stopped waiting for the "
                             "commit (Options::timeout_s)");
     }
+    // Any other failure: the claim may have been stored, so the others may
+    // wait for the result, which says "not committed".
     SK_RETURN_IF_ERROR(claim);
-    return MakeVisible();
-  }
-
-  Status MakeVisible() {
-    const std::string& path = request_.path;
-    const std::string old = path + kOldSuffix;
-    SK_ASSIGN_OR_RETURN(bool replacing, storage_->Exists(path));
-    if (replacing) {
-      // Replacing (force): move the old one aside so the rename below lands
-      // on a free name; the window without a checkpoint at <path> is two
-      // renames long, and the old one survives it at <path>.shardkeep-old.
-      SK_RETURN_IF_ERROR(storage_->DeleteRecursive(old));
-      SK_RETURN_IF_ERROR(storage_->Rename(path, old));
-    }
-    Status renamed = storage_->Rename(tmp_, path);
-    Status synced = renamed.ok() ? storage_->SyncDir(ParentDir(path)) : renamed;
-    if (!synced.ok()) {
-      // Not durable, so not committed: put everything back as it was.
-      if (renamed.ok()) (void)storage_->Rename(path, tmp_);
-      if (replacing) (void)storage_->Rename(old, path);
-      return synced;
-    }
-    // Committed. A leftover old folder is removed by the next replace.
-    if (replacing) (void)storage_->DeleteRecursive(old);
-    return Status::Ok();
+    return internal::MakeVisible(*storage_, tmp_, request_.path)
+        .WithContext("save of " + request_.path);
   }
 
   std::shared_ptr<Storage> storage_;

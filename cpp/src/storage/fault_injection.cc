@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 
 namespace shardkeep {
 
@@ -10,6 +11,16 @@ class FaultInjectionStorage::State {
   void SetHook(Hook hook) {
     std::lock_guard<std::mutex> lock(mu_);
     hook_ = std::move(hook);
+  }
+
+  void SetFeatures(StorageFeatures features) {
+    std::lock_guard<std::mutex> lock(mu_);
+    features_ = features;
+  }
+
+  std::optional<StorageFeatures> features() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return features_;
   }
 
   int Count(std::string_view op) const {
@@ -38,6 +49,7 @@ class FaultInjectionStorage::State {
  private:
   mutable std::mutex mu_;
   Hook hook_;
+  std::optional<StorageFeatures> features_;
   std::map<std::string, int, std::less<>> counts_;
 };
 
@@ -87,8 +99,12 @@ int FaultInjectionStorage::Count(std::string_view op) const {
   return state_->Count(op);
 }
 
+void FaultInjectionStorage::OverrideFeatures(StorageFeatures features) {
+  state_->SetFeatures(features);
+}
+
 StorageFeatures FaultInjectionStorage::features() const {
-  return base_->features();
+  return state_->features().value_or(base_->features());
 }
 
 Status FaultInjectionStorage::ReadAt(const std::string& path, uint64_t offset,
@@ -158,6 +174,13 @@ Status FaultInjectionStorage::Rename(const std::string& from,
 Status FaultInjectionStorage::SyncDir(const std::string& dir) {
   SK_RETURN_IF_ERROR(state_->Before("SyncDir", dir));
   return base_->SyncDir(dir);
+}
+
+Result<bool> FaultInjectionStorage::Exchange(const std::string& a,
+                                             const std::string& b) {
+  SK_RETURN_IF_ERROR(state_->Before("Exchange", a));
+  if (!features().atomic_exchange) return false;
+  return base_->Exchange(a, b);
 }
 
 }  // namespace shardkeep

@@ -32,6 +32,10 @@ class FaultInjectionStorage final : public Storage {
   void FailOn(Hook hook);
   // How many times `op` was called, including the calls the hook failed.
   int Count(std::string_view op) const;
+  // Reports `features` instead of the wrapped backend's; without
+  // atomic_exchange, Exchange() answers false without reaching the backend
+  // (to test the callers' fallback).
+  void OverrideFeatures(StorageFeatures features);
 
   StorageFeatures features() const override;
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
@@ -49,6 +53,8 @@ class FaultInjectionStorage final : public Storage {
   Status DeleteRecursive(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
+  // op "Exchange", path `a`.
+  Result<bool> Exchange(const std::string& a, const std::string& b) override;
 
   // Hook and counters, shared with the WritableFiles this storage opened so
   // they stay valid if a file outlives the storage.

@@ -80,6 +80,7 @@ TEST_F(FaultInjectionTest, EveryOperationCanBeFailed) {
       storage_.DeleteRecursive("d"),
       storage_.Rename("d", "e"),
       storage_.SyncDir("d"),
+      storage_.Exchange("d", "e").status(),
   };
   for (const Status& status : statuses) {
     EXPECT_EQ(status.code(), StatusCode::kStorage) << status.ToString();
@@ -89,9 +90,22 @@ TEST_F(FaultInjectionTest, EveryOperationCanBeFailed) {
   for (const char* op :
        {"ReadAt", "ReadAll", "FileSize", "WriteAll", "OpenForAppend", "Exists",
         "List", "CreateDir", "DeleteFile", "DeleteRecursive", "Rename",
-        "SyncDir"}) {
+        "SyncDir", "Exchange"}) {
     EXPECT_EQ(storage_.Count(op), 1) << op;
   }
+}
+
+TEST_F(FaultInjectionTest, OverriddenFeaturesHideExchange) {
+  SK_ASSERT_OK(base_->WriteAll("a", "a", false));
+  SK_ASSERT_OK(base_->WriteAll("b", "b", false));
+  EXPECT_TRUE(storage_.features().atomic_exchange);
+  storage_.OverrideFeatures({.atomic_rename = true});
+  EXPECT_FALSE(storage_.features().atomic_exchange);
+  SK_ASSERT_OK_AND_ASSIGN(bool swapped, storage_.Exchange("a", "b"));
+  EXPECT_FALSE(swapped);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, base_->ReadAll("a"));
+  EXPECT_EQ(content, "a");
+  EXPECT_EQ(storage_.Count("Exchange"), 1);
 }
 
 TEST_F(FaultInjectionTest, CountsCallsIncludingFailedOnes) {

@@ -2,12 +2,14 @@
 // opens what it needs and closes it again, so the backend holds no state and
 // one instance serves every thread.
 //
-// Errors: ENOENT becomes NotFound; everything else (ENOSPC, EACCES, EIO...)
-// becomes a StorageError "<operation> <path>: <strerror>".
+// Errors: ENOENT becomes NotFound; ENOSPC and EDQUOT become OutOfSpace,
+// saying how many bytes the file system has left; everything else (EACCES,
+// EIO...) becomes a StorageError "<operation> <path>: <strerror>".
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,9 +30,36 @@ namespace {
 // small index entries costs few system calls; larger ones skip the buffer.
 constexpr size_t kAppendBufferSize = 64 * 1024;
 
-Status PosixError(const std::string& what, int err) {
+// Bytes an unprivileged writer may still use on the file system holding
+// `path`, or on the nearest existing folder above it.
+std::optional<uint64_t> FreeBytes(const std::string& path) {
+  std::string at = path.empty() ? "." : path;
+  while (true) {
+    struct statvfs fs;
+    if (::statvfs(at.c_str(), &fs) == 0) {
+      return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    }
+    if ((errno != ENOENT && errno != ENOTDIR) || at == "." || at == "/") {
+      return std::nullopt;
+    }
+    const size_t slash = at.find_last_of('/');
+    at = slash == std::string::npos ? "." : slash == 0 ? "/" : at.substr(0, slash);
+  }
+}
+
+// `what` failed on `path` with `err`. A full file system is told apart, with
+// the space left, so that a failed save can say plainly why it failed.
+Status PosixError(const std::string& what, int err,
+                  const std::string& path = "") {
   Status status = ErrnoError(what, err);
   if (err == ENOENT) return NotFoundError(status.message());
+  if (err == ENOSPC || err == EDQUOT) {
+    const std::optional<uint64_t> free = FreeBytes(path);
+    return OutOfSpaceError(
+        status.message() +
+        (free ? " (" + std::to_string(*free) + " bytes free on its file system)"
+              : std::string()));
+  }
   return status;
 }
 
@@ -48,7 +78,7 @@ class ScopedFd {
   Status Close(const std::string& path) {
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) return PosixError("close " + path, errno);
+    if (::close(fd) != 0) return PosixError("close " + path, errno, path);
     return Status::Ok();
   }
 
@@ -61,7 +91,7 @@ Result<int> OpenFile(const std::string& path, int flags, mode_t mode = 0) {
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return PosixError("open " + path, errno);
+  if (fd < 0) return PosixError("open " + path, errno, path);
   return fd;
 }
 
@@ -72,7 +102,7 @@ Status WriteFully(int fd, const char* data, size_t size,
     const ssize_t n = ::write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return PosixError("write " + path, errno);
+      return PosixError("write " + path, errno, path);
     }
     data += n;
     size -= static_cast<size_t>(n);
@@ -98,7 +128,7 @@ Result<uint64_t> PreadFully(int fd, uint64_t offset, uint64_t size, char* dst,
 }
 
 Status SyncFd(int fd, const std::string& path) {
-  if (::fsync(fd) != 0) return PosixError("fsync " + path, errno);
+  if (::fsync(fd) != 0) return PosixError("fsync " + path, errno, path);
   return Status::Ok();
 }
 
@@ -137,7 +167,7 @@ class PosixWritableFile final : public WritableFile {
   Status Close() override {
     Status status = Flush();
     if (::close(fd_) != 0 && status.ok()) {
-      status = PosixError("close " + path_, errno);
+      status = PosixError("close " + path_, errno, path_);
     }
     fd_ = -1;
     return status;
@@ -219,7 +249,7 @@ Status MakeDirs(const std::string& dir) {
     }
   }
   // EEXIST is fine, also from a concurrent creator, if it is a directory.
-  if (errno != EEXIST) return PosixError("mkdir " + dir, errno);
+  if (errno != EEXIST) return PosixError("mkdir " + dir, errno, dir);
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return PosixError("stat " + dir, errno);
   if (!S_ISDIR(st.st_mode)) return ErrnoError("mkdir " + dir, ENOTDIR);
@@ -229,7 +259,7 @@ Status MakeDirs(const std::string& dir) {
 class FileStorage final : public Storage {
  public:
   StorageFeatures features() const override {
-    return {.atomic_rename = true, .durable_sync = true};
+    return {.atomic_rename = true, .durable_sync = true, .atomic_exchange = true};
   }
 
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
@@ -336,6 +366,23 @@ class FileStorage final : public Storage {
     return Status::Ok();
   }
 
+  // renameat2(RENAME_EXCHANGE) (Linux 3.15; ext4, xfs, btrfs, tmpfs...).
+  // Where the kernel or the file system lacks it: false, nothing changed.
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+#ifdef RENAME_EXCHANGE
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(),
+                    RENAME_EXCHANGE) == 0) {
+      return true;
+    }
+    if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
+    return PosixError("exchange " + a + " and " + b, errno, a);
+#else
+    (void)a;
+    (void)b;
+    return false;
+#endif
+  }
+
   Status SyncDir(const std::string& dir) override {
     SK_ASSIGN_OR_RETURN(const int raw_fd,
                         OpenFile(dir, O_RDONLY | O_DIRECTORY));
@@ -351,7 +398,7 @@ class FileStorage final : public Storage {
     if (err == EEXIST || err == ENOTEMPTY) {
       return AlreadyExistsError(what + ": target exists");
     }
-    return PosixError(what, err);
+    return PosixError(what, err, to);
   }
 };
 

@@ -35,6 +35,7 @@ class FileStorageTest : public ::testing::Test {
 TEST_F(FileStorageTest, Features) {
   EXPECT_TRUE(storage_->features().atomic_rename);
   EXPECT_TRUE(storage_->features().durable_sync);
+  EXPECT_TRUE(storage_->features().atomic_exchange);
 }
 
 // A file where a directory should be fails for root too (unlike a
@@ -50,19 +51,24 @@ TEST_F(FileStorageTest, WriteUnderAFileFailsNamingThePath) {
             StatusCode::kStorage);
 }
 
-// /dev/full fails every write with ENOSPC, as a full disk would.
-TEST_F(FileStorageTest, FullDiskIsAStorageErrorNamingThePath) {
+// /dev/full fails every write with ENOSPC, as a full disk would: the error
+// says so and how much space its file system has left.
+TEST_F(FileStorageTest, FullDiskIsOutOfSpaceNamingThePathAndFreeBytes) {
   const Status status = storage_->WriteAll("/dev/full", "x", false);
-  EXPECT_EQ(status.code(), StatusCode::kStorage);
-  EXPECT_EQ(status.message(), "write /dev/full: No space left on device");
+  EXPECT_EQ(status.code(), StatusCode::kOutOfSpace);
+  EXPECT_TRUE(status.message().starts_with(
+      "write /dev/full: No space left on device ("))
+      << status.ToString();
+  EXPECT_TRUE(status.message().ends_with(" bytes free on its file system)"))
+      << status.ToString();
 
   SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
                           storage_->OpenForAppend("/dev/full"));
   // Small appends are buffered; the error surfaces when they are flushed.
   SK_ASSERT_OK(file->Append("x", 1));
-  EXPECT_EQ(file->Sync().code(), StatusCode::kStorage);
+  EXPECT_EQ(file->Sync().code(), StatusCode::kOutOfSpace);
   const std::string big(1 << 20, 'x');
-  EXPECT_EQ(file->Append(big.data(), big.size()).code(), StatusCode::kStorage);
+  EXPECT_EQ(file->Append(big.data(), big.size()).code(), StatusCode::kOutOfSpace);
   SK_EXPECT_OK(file->Close());
 }
 

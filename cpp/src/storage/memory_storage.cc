@@ -138,7 +138,7 @@ class MemoryWritableFile final : public WritableFile {
 class MemoryStorage final : public Storage {
  public:
   StorageFeatures features() const override {
-    return {.atomic_rename = true, .durable_sync = false};
+    return {.atomic_rename = true, .durable_sync = false, .atomic_exchange = true};
   }
 
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
@@ -264,6 +264,28 @@ class MemoryStorage final : public Storage {
     return Status::Ok();
   }
 
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+    const std::string first = Normalize(a);
+    const std::string second = Normalize(b);
+    const std::string what = "exchange " + first + " and " + second;
+    std::lock_guard<std::mutex> lock(store_->mu);
+    for (const std::string& key : {first, second}) {
+      if (store_->files.count(key) == 0 && store_->dirs.count(key) == 0) {
+        return NotFoundError(what + ": " + key + ": No such file or directory");
+      }
+    }
+    if (first == second) return true;
+    if (StartsWith(second, first + "/") || StartsWith(first, second + "/")) {
+      return InvalidArgumentError(what + ": one is inside the other");
+    }
+    // Take both trees out before putting either back under the other name.
+    auto moved_files = Extract(store_->files, first, second);
+    auto moved_dirs = Extract(store_->dirs, first, second);
+    for (auto& node : moved_files) store_->files.insert(std::move(node));
+    for (auto& node : moved_dirs) store_->dirs.insert(std::move(node));
+    return true;
+  }
+
   Status SyncDir(const std::string& /*dir*/) override { return Status::Ok(); }
 
  private:
@@ -286,6 +308,30 @@ class MemoryStorage final : public Storage {
     store_->AddParents(key);
     store_->files[key] = std::move(file);
     return Status::Ok();
+  }
+
+  // Removes the trees at `a` and `b` from `entries`, renamed to each
+  // other's name, ready to insert back.
+  template <typename Container>
+  static std::vector<typename Container::node_type> Extract(
+      Container& entries, const std::string& a, const std::string& b) {
+    std::vector<typename Container::node_type> nodes;
+    for (const auto& [from, to] : {std::pair(a, b), std::pair(b, a)}) {
+      for (const std::string& key : TreeKeys(entries, from)) {
+        auto node = entries.extract(key);
+        Rekey(node, to + key.substr(from.size()));
+        nodes.push_back(std::move(node));
+      }
+    }
+    return nodes;
+  }
+  template <typename Node>
+  static void Rekey(Node& node, std::string key) {
+    if constexpr (requires { node.key(); }) {
+      node.key() = std::move(key);
+    } else {
+      node.value() = std::move(key);
+    }
   }
 
   // Appends the names of the direct children of `prefix` among `entries`.

@@ -21,6 +21,21 @@ TEST(MemoryStorageTest, Features) {
   const StorageFeatures features = NewMemoryStorage()->features();
   EXPECT_TRUE(features.atomic_rename);
   EXPECT_FALSE(features.durable_sync);
+  EXPECT_TRUE(features.atomic_exchange);
+}
+
+TEST(MemoryStorageTest, ExchangeSwapsAndRefusesNesting) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK(storage->WriteAll("a/x", "a", false));
+  SK_ASSERT_OK(storage->WriteAll("b", "b", false));
+  SK_ASSERT_OK_AND_ASSIGN(bool swapped, storage->Exchange("a", "b"));
+  EXPECT_TRUE(swapped);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage->ReadAll("a"));
+  EXPECT_EQ(content, "b");
+  SK_ASSERT_OK_AND_ASSIGN(content, storage->ReadAll("b/x"));
+  EXPECT_EQ(content, "a");
+  EXPECT_EQ(storage->Exchange("b", "b/x").status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(MemoryStorageTest, StoresAreIndependent) {

@@ -283,6 +283,44 @@ TEST_P(StorageConformanceTest, RenameOfMissingIsNotFound) {
             StatusCode::kNotFound);
 }
 
+// A backend that can exchange swaps whole trees; one that cannot (or a
+// file system under it that cannot) answers false and changes nothing.
+TEST_P(StorageConformanceTest, ExchangeSwapsDirsOrChangesNothing) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("new/empty")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("new/a"), "new", false));
+  SK_ASSERT_OK(storage_->CreateDir(Path("old/sub")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("old/sub/b"), "old", false));
+  SK_ASSERT_OK_AND_ASSIGN(bool swapped,
+                          storage_->Exchange(Path("new"), Path("old")));
+  if (!storage_->features().atomic_exchange) EXPECT_FALSE(swapped);
+  const std::string now_new = swapped ? "old" : "new";
+  const std::string now_old = swapped ? "new" : "old";
+  SK_ASSERT_OK_AND_ASSIGN(Names names, storage_->List(Path(now_new)));
+  EXPECT_EQ(names, (Names{"a", "empty"}));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content,
+                          storage_->ReadAll(Path(now_new + "/a")));
+  EXPECT_EQ(content, "new");
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(Path(now_old)));
+  EXPECT_EQ(names, Names{"sub"});
+  SK_ASSERT_OK_AND_ASSIGN(content, storage_->ReadAll(Path(now_old + "/sub/b")));
+  EXPECT_EQ(content, "old");
+  SK_ASSERT_OK_AND_ASSIGN(names, storage_->List(root_));
+  EXPECT_EQ(names, (Names{"new", "old"}));
+}
+
+TEST_P(StorageConformanceTest, ExchangeWithMissingIsNotFoundOrUnsupported) {
+  SK_ASSERT_OK(storage_->CreateDir(Path("here")));
+  Result<bool> swapped = storage_->Exchange(Path("here"), Path("missing"));
+  if (swapped.ok()) {
+    EXPECT_FALSE(*swapped);
+  } else {
+    EXPECT_EQ(swapped.status().code(), StatusCode::kNotFound)
+        << swapped.status().ToString();
+  }
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, storage_->Exists(Path("here")));
+  EXPECT_TRUE(exists);
+}
+
 TEST_P(StorageConformanceTest, CreateDirCreatesParentsAndIsIdempotent) {
   SK_ASSERT_OK(storage_->CreateDir(Path("a/b/c")));
   SK_ASSERT_OK(storage_->CreateDir(Path("a/b/c")));
