@@ -33,6 +33,10 @@ std::string ProcessName(int i) { return "process " + std::to_string(i); }
 
 }  // namespace
 
+// One mutex guards everything; each barrier and each awaited key has a
+// condition variable of its own, so an arrival or a set wakes only the
+// members waiting for it. With n members a barrier or a key costs O(n)
+// wake-ups in all, not O(n) per event.
 class SimulatedGroup::State {
  public:
   explicit State(int process_count)
@@ -41,21 +45,25 @@ class SimulatedGroup::State {
   int process_count() const { return process_count_; }
 
   void Kill(int i) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      dead_[i] = true;
-      for (auto& [key, barrier] : barriers_) {
-        if (barrier.outcome == Outcome::kPending) barrier.arrived[i] = false;
+    std::lock_guard<std::mutex> lock(mu_);
+    dead_[i] = true;
+    for (auto& [key, barrier] : barriers_) {
+      if (barrier.outcome == Outcome::kPending && barrier.arrived[i]) {
+        barrier.arrived[i] = false;
+        --barrier.arrived_count;
       }
+      barrier.changed.notify_all();
     }
-    changed_.notify_all();
+    for (auto& [key, waiters] : key_waiters_) waiters.changed.notify_all();
   }
 
   Status Barrier(int i, const std::string& key, double timeout_s) {
     std::unique_lock<std::mutex> lock(mu_);
     if (dead_[i]) return Dead(i);
-    auto [it, inserted] = barriers_.try_emplace(key, process_count_);
-    BarrierState& barrier = it->second;
+    // Constructed in place: a condition variable cannot move, and map
+    // entries are never erased, so `barrier` stays valid while waiting.
+    BarrierState& barrier =
+        barriers_.try_emplace(key, process_count_).first->second;
     switch (barrier.outcome) {
       case Outcome::kPending:
         break;
@@ -71,14 +79,12 @@ class SimulatedGroup::State {
                                   key + "'");
     }
     barrier.arrived[i] = true;
-    if (std::count(barrier.arrived.begin(), barrier.arrived.end(), true) ==
-        process_count_) {
+    if (++barrier.arrived_count == process_count_) {
       barrier.outcome = Outcome::kCompleted;
-      changed_.notify_all();
+      barrier.changed.notify_all();
       return Status::Ok();
     }
-    // `barrier` stays valid while waiting: map entries are never erased.
-    const bool decided = changed_.wait_until(lock, Deadline(timeout_s), [&] {
+    const bool decided = barrier.changed.wait_until(lock, Deadline(timeout_s), [&] {
       return dead_[i] || barrier.outcome != Outcome::kPending;
     });
     if (dead_[i]) return Dead(i);
@@ -87,35 +93,42 @@ class SimulatedGroup::State {
       barrier.failure = TimeoutError("barrier '" + key + "' timed out after " +
                                      Seconds(timeout_s) + "; " +
                                      Missing(barrier) + " did not arrive");
-      changed_.notify_all();
+      barrier.changed.notify_all();
     }
     return barrier.outcome == Outcome::kCompleted ? Status::Ok() : barrier.failure;
   }
 
   Status KeyValueSet(int i, const std::string& key, const std::string& value) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (dead_[i]) return Dead(i);
-      if (!values_.try_emplace(key, value).second) {
-        return AlreadyExistsError("key '" + key + "' is already set");
-      }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_[i]) return Dead(i);
+    if (!values_.try_emplace(key, value).second) {
+      return AlreadyExistsError("key '" + key + "' is already set");
     }
-    changed_.notify_all();
+    const auto waiters = key_waiters_.find(key);
+    if (waiters != key_waiters_.end()) waiters->second.changed.notify_all();
     return Status::Ok();
   }
 
   Result<std::string> KeyValueGet(int i, const std::string& key,
                                   double timeout_s) {
     std::unique_lock<std::mutex> lock(mu_);
-    const bool decided = changed_.wait_until(lock, Deadline(timeout_s), [&] {
-      return dead_[i] || values_.count(key) > 0;
-    });
     if (dead_[i]) return Dead(i);
-    if (!decided) {
+    if (values_.count(key) == 0) {
+      const auto entry = key_waiters_.try_emplace(key).first;
+      ++entry->second.count;
+      entry->second.changed.wait_until(lock, Deadline(timeout_s), [&] {
+        return dead_[i] || values_.count(key) > 0;
+      });
+      // The last waiter removes the entry, so waited-for keys do not pile up.
+      if (--entry->second.count == 0) key_waiters_.erase(entry);
+    }
+    if (dead_[i]) return Dead(i);
+    const auto it = values_.find(key);
+    if (it == values_.end()) {
       return TimeoutError("key '" + key + "' was not set within " +
                           Seconds(timeout_s));
     }
-    return values_.at(key);
+    return it->second;
   }
 
   Result<std::optional<std::string>> KeyValueTryGet(int i,
@@ -133,8 +146,16 @@ class SimulatedGroup::State {
   struct BarrierState {
     explicit BarrierState(int process_count) : arrived(process_count, false) {}
     std::vector<bool> arrived;
+    int arrived_count = 0;
     Outcome outcome = Outcome::kPending;
     Status failure;  // when kFailed
+    std::condition_variable changed;  // outcome or a waiter's death
+  };
+
+  // The members blocked in KeyValueGet for one key.
+  struct KeyWaiters {
+    int count = 0;
+    std::condition_variable changed;  // key set or a waiter's death
   };
 
   static Status Dead(int i) {
@@ -154,9 +175,9 @@ class SimulatedGroup::State {
 
   const int process_count_;
   std::mutex mu_;
-  std::condition_variable changed_;  // any barrier, key or death changed
   std::vector<bool> dead_;
   std::map<std::string, BarrierState> barriers_;
+  std::map<std::string, KeyWaiters> key_waiters_;
   std::map<std::string, std::string> values_;
 };
 
