@@ -295,6 +295,9 @@ TEST(MultiprocessSaveTest, StorageFailureOnOneProcessFailsEveryProcess) {
         }
         // A retry after a commit could only fail with AlreadyExists.
         if (!ExpectNothingCommitted(job.shared())) continue;
+        // The failed save removed what it wrote.
+        SK_ASSERT_OK_AND_ASSIGN(bool tmp_left, job.shared()->Exists(kTmp));
+        EXPECT_FALSE(tmp_left);
 
         // The same processes and storage try again, without faults.
         job.Inject(nullptr);
@@ -404,18 +407,22 @@ TEST(MultiprocessSaveTest, PrimaryStalledBeforeCommitDoesNotCommitAfterOthersGav
   ExpectNothingCommitted(job.shared());
 }
 
-// Process `lossy`'s coordinator as seen through a connection that loses
-// every key-value write; barriers and reads still reach the group.
+// A process's coordinator as seen through a connection that loses every
+// key-value write of a key ending in `lost_suffix` (after `delay`);
+// barriers, reads and other writes still reach the group.
 class LosesKeyValueSets final : public Coordinator {
  public:
-  explicit LosesKeyValueSets(std::shared_ptr<Coordinator> member)
-      : member_(std::move(member)) {}
+  LosesKeyValueSets(std::shared_ptr<Coordinator> member, std::string lost_suffix,
+                    milliseconds delay = milliseconds(0))
+      : member_(std::move(member)), lost_suffix_(std::move(lost_suffix)), delay_(delay) {}
   int process_index() const override { return member_->process_index(); }
   int process_count() const override { return member_->process_count(); }
   Status Barrier(const std::string& key, double timeout_s) override {
     return member_->Barrier(key, timeout_s);
   }
-  Status KeyValueSet(const std::string& key, const std::string&) override {
+  Status KeyValueSet(const std::string& key, const std::string& value) override {
+    if (!key.ends_with(lost_suffix_)) return member_->KeyValueSet(key, value);
+    std::this_thread::sleep_for(delay_);
     return TimeoutError("setting '" + key + "': coordination service unreachable");
   }
   Result<std::string> KeyValueGet(const std::string& key, double timeout_s) override {
@@ -427,6 +434,8 @@ class LosesKeyValueSets final : public Coordinator {
 
  private:
   const std::shared_ptr<Coordinator> member_;
+  const std::string lost_suffix_;
+  const milliseconds delay_;
 };
 
 TEST(MultiprocessSaveTest, FailureWhoseReportIsLostStillFailsTheSave) {
@@ -443,7 +452,7 @@ TEST(MultiprocessSaveTest, FailureWhoseReportIsLostStillFailsTheSave) {
   const auto start = Clock::now();
   std::vector<Status> statuses = RunProcesses([&](int p) {
     std::shared_ptr<Coordinator> coordinator = group.Member(p);
-    if (p == 2) coordinator = std::make_shared<LosesKeyValueSets>(coordinator);
+    if (p == 2) coordinator = std::make_shared<LosesKeyValueSets>(coordinator, "/failed");
     return Save(job.view(p), coordinator, RequestOf(p, state, operation_id),
                 TestOptions(0.5));
   });
@@ -481,6 +490,171 @@ TEST(MultiprocessSaveTest, InvalidShardOnOneProcessFailsStartSaveEverywhere) {
     EXPECT_EQ(job.view(p)->Count("OpenForAppend"), 0) << "process " << p << " wrote data";
   }
   ExpectNothingCommitted(job.shared());
+}
+
+// Every process saves `state`; process p reaches the group through
+// wrap(p, its member) and the storage through its view.
+std::vector<Status> SaveAllThrough(
+    Job& job, SimulatedGroup& group, const TrainState& state, const Options& options,
+    const std::function<std::shared_ptr<Coordinator>(int, std::shared_ptr<Coordinator>)>&
+        wrap) {
+  const std::string operation_id = NextOperationId();
+  return RunProcesses([&](int p) {
+    return Save(job.view(p), wrap(p, group.Member(p)), RequestOf(p, state, operation_id),
+                options);
+  });
+}
+
+// The primary stalls past the others' timeout, and they cannot record
+// their "abort": the primary's "commit" wins and the checkpoint appears.
+// The others must not claim that nothing was committed.
+TEST(MultiprocessSaveTest, UnrecordedAbortReportsTheCommitStateAsUnknown) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  job.Inject([&](int p, std::string_view op, const std::string& path) {
+    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
+      std::this_thread::sleep_for(milliseconds(1500));
+    }
+    return Status::Ok();
+  });
+  const TrainState state(0.5f);
+  std::vector<Status> statuses = SaveAllThrough(
+      job, group, state, TestOptions(0.5),
+      [](int p, std::shared_ptr<Coordinator> member) -> std::shared_ptr<Coordinator> {
+        if (p == 0) return member;
+        return std::make_shared<LosesKeyValueSets>(member, "/outcome");
+      });
+  SK_EXPECT_OK(statuses[0]);
+  ExpectCheckpointHolds(job.shared(), state);
+  for (int p = 1; p < kProcesses; ++p) {
+    EXPECT_EQ(statuses[p].code(), StatusCode::kCommitStateUnknown)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("may or may not be committed"), std::string::npos)
+        << statuses[p].ToString();
+  }
+}
+
+// Processes 1 and 2 cannot record their "abort" but process 3 can: reading
+// the outcome back, they learn that nothing was committed.
+TEST(MultiprocessSaveTest, UnrecordedAbortReadsTheOutcomeBack) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  job.Inject([&](int p, std::string_view op, const std::string& path) {
+    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
+      std::this_thread::sleep_for(milliseconds(1500));
+    }
+    return Status::Ok();
+  });
+  std::vector<Status> statuses = SaveAllThrough(
+      job, group, TrainState(0.5f), TestOptions(0.5),
+      [](int p, std::shared_ptr<Coordinator> member) -> std::shared_ptr<Coordinator> {
+        if (p != 1 && p != 2) return member;
+        // Slow to fail, so that process 3's "abort" is in by then.
+        return std::make_shared<LosesKeyValueSets>(member, "/outcome", milliseconds(200));
+      });
+  EXPECT_EQ(statuses[0].code(), StatusCode::kCancelled) << statuses[0].ToString();
+  for (int p = 1; p < kProcesses; ++p) {
+    EXPECT_EQ(statuses[p].code(), StatusCode::kTimeout)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("nothing was committed"), std::string::npos)
+        << statuses[p].ToString();
+  }
+  ExpectNothingCommitted(job.shared());
+}
+
+// Expects that every process failed alike, naming the processes that
+// disagree as `description` says, and that nothing was written or left.
+void ExpectDisagreement(Job& job, const std::vector<Status>& statuses,
+                        const std::string& description) {
+  for (int p = 0; p < kProcesses; ++p) {
+    EXPECT_EQ(statuses[p].code(), StatusCode::kInvalidArgument)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("the processes disagree on what to save: " +
+                                         description),
+              std::string::npos)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_EQ(job.view(p)->Count("OpenForAppend"), 0) << "process " << p << " wrote data";
+  }
+  ExpectNothingCommitted(job.shared());
+  SK_ASSERT_OK_AND_ASSIGN(bool tmp_left, job.shared()->Exists(kTmp));
+  EXPECT_FALSE(tmp_left);
+}
+
+TEST(MultiprocessSaveTest, ProcessesWithAnotherMetaJsonFailTheSaveNamingThem) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  const TrainState state(0.5f);
+  const std::string operation_id = NextOperationId();
+  std::vector<Status> statuses = RunProcesses([&](int p) {
+    SaveRequest request = RequestOf(p, state, operation_id);
+    if (p == 2 || p == 3) {
+      // These processes think bias is float16: their own shards (of w)
+      // still match their meta.json, but the primary's would be written.
+      request.parts[0].meta_json = testdata::PytreeMetaJson(
+          {{"w", "float32", {kRows, kCols}}, {"bias", "float16", {kCols}}});
+    }
+    return StartSave(job.view(p), group.Member(p), std::move(request), TestOptions(5))
+        .status();
+  });
+  ExpectDisagreement(job, statuses,
+                     "processes 2, 3 differ from process 0 in the meta.json of 'state'");
+  ExpectRestartedJobSaves(job);
+}
+
+TEST(MultiprocessSaveTest, ProcessesWithOtherCheckpointablesFailTheSaveNamingThem) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  const TrainState state(0.5f);
+  const std::string operation_id = NextOperationId();
+  std::vector<Status> statuses = RunProcesses([&](int p) {
+    SaveRequest request = RequestOf(p, state, operation_id);
+    if (p == 1) request.parts.pop_back();  // no "dataset"
+    return StartSave(job.view(p), group.Member(p), std::move(request), TestOptions(5))
+        .status();
+  });
+  ExpectDisagreement(job, statuses,
+                     "process 1 differs from process 0 in the checkpointables to save "
+                     "('state' instead of 'state', 'dataset')");
+}
+
+// Process 2's disk fills up: every process fails, process 2 saying how
+// much it meant to write and how much space was left; the temporary folder
+// is removed, and a save to another path succeeds.
+TEST(MultiprocessSaveTest, OutOfSpaceSaysSoAndLeavesNothingBehind) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  job.Inject([](int p, std::string_view op, const std::string& path) {
+    if (p != 2 || op != "Append") return Status::Ok();
+    return OutOfSpaceError("write " + path +
+                           ": No space left on device (100 bytes free on its file system)");
+  });
+  std::vector<Status> statuses = job.SaveAll(group, TrainState(0.5f), TestOptions(5));
+  EXPECT_EQ(statuses[2].code(), StatusCode::kOutOfSpace) << statuses[2].ToString();
+  const std::string needed = "ran out of space: process 2 had " +
+                             std::to_string(kBlockRows * kCols * sizeof(float)) +
+                             " bytes to write";
+  for (int p = 0; p < kProcesses; ++p) {
+    EXPECT_NE(statuses[p].message().find(needed), std::string::npos)
+        << "process " << p << ": " << statuses[p].ToString();
+    EXPECT_NE(statuses[p].message().find("100 bytes free"), std::string::npos)
+        << "process " << p << ": " << statuses[p].ToString();
+  }
+  ExpectNothingCommitted(job.shared());
+  SK_ASSERT_OK_AND_ASSIGN(bool tmp_left, job.shared()->Exists(kTmp));
+  EXPECT_FALSE(tmp_left) << "the failed save left its temporary folder";
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<std::string> root, job.shared()->List("root"));
+  EXPECT_EQ(root, std::vector<std::string>{}) << "the failed save left files";
+
+  // The next save (another step, another path) succeeds.
+  job.Inject(nullptr);
+  const TrainState next(9.f);
+  const std::string operation_id = NextOperationId();
+  ExpectAllOk(RunProcesses([&](int p) {
+    SaveRequest request = RequestOf(p, next, operation_id);
+    request.path = "root/ckpt-next";
+    return Save(job.view(p), group.Member(p), std::move(request), TestOptions(5));
+  }));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(job.shared(), "root/ckpt-next"));
 }
 
 }  // namespace
