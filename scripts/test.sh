@@ -8,6 +8,7 @@ scripts/setup.sh
 cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
 cmake --build build/cpp
 ctest --test-dir build/cpp --output-on-failure -j 2
+scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
 
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   .venv/bin/python -m pytest python/tests -q

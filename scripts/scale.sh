@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Scale by simulation: the commit protocol with 64, 256 and 1,024 simulated
+# processes (threads of one program, each a SimulatedGroup member) saving
+# onto the memory backend, and one load merging their 1,024 index files.
+# Prints the timings and fails when the largest size takes a second or
+# more for either step (the goal; a size 4x larger should cost about 4x).
+#
+#   scripts/scale.sh                 # 64, 256, 1024 processes
+#   scripts/scale.sh 1024,4096       # other sizes
+#
+# Builds the C++ tests in build/cpp if needed (as scripts/test.sh does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sizes="${1:-64,256,1024}"
+cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
+cmake --build build/cpp --target scale_test > /dev/null
+SHARDKEEP_SCALE_PROCESSES="$sizes" SHARDKEEP_SCALE_MAX_S=1 \
+  build/cpp/scale_test --gtest_brief=1
