@@ -175,11 +175,11 @@ bool ExpectNothingCommitted(const std::shared_ptr<Storage>& storage) {
   return status.code() == StatusCode::kNotFound;
 }
 
-// Opens the checkpoint at kPath and checks every element, the commit
+// Opens the checkpoint at `path` and checks every element, the commit
 // record and the bytes checkpointable against `state`.
-void ExpectCheckpointHolds(const std::shared_ptr<Storage>& storage,
-                           const TrainState& state) {
-  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, kPath));
+void ExpectCheckpointHoldsAt(const std::shared_ptr<Storage>& storage,
+                             const std::string& path, const TrainState& state) {
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, path));
   std::vector<float> w(kRows * kCols, -1.f), bias(kCols, -1.f);
   SK_ASSERT_OK(reader->Read(
       "state",
@@ -196,6 +196,12 @@ void ExpectCheckpointHolds(const std::shared_ptr<Storage>& storage,
                             "index/p3.idx"}));
   SK_ASSERT_OK_AND_ASSIGN(std::string value, reader->ReadValue("dataset"));
   EXPECT_EQ(value, "loader-position-42");
+}
+
+// ... at kPath, with no temporary folder left.
+void ExpectCheckpointHolds(const std::shared_ptr<Storage>& storage,
+                           const TrainState& state) {
+  ExpectCheckpointHoldsAt(storage, kPath, state);
   SK_ASSERT_OK_AND_ASSIGN(bool tmp_left, storage->Exists(kTmp));
   EXPECT_FALSE(tmp_left);
 }
@@ -615,6 +621,37 @@ TEST(MultiprocessSaveTest, ProcessesWithOtherCheckpointablesFailTheSaveNamingThe
   ExpectDisagreement(job, statuses,
                      "process 1 differs from process 0 in the checkpointables to save "
                      "('state' instead of 'state', 'dataset')");
+}
+
+// The primary's forced replacement fails and cannot be undone: every
+// process reports the unknown state, none claims nothing was committed.
+TEST(MultiprocessSaveTest, PrimaryUnknownCommitStateReachesEveryProcess) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  ExpectAllOk(job.SaveAll(group, TrainState(0.5f), TestOptions(5)));
+  std::atomic<int> exchanges{0};
+  job.Inject([&](int p, std::string_view op, const std::string& path) {
+    if (p == 0 && op == "SyncDir" && path == "root") return StorageError("injected fsync failure");
+    if (p == 0 && op == "Exchange" && ++exchanges == 2) {
+      return StorageError("injected failure swapping back");
+    }
+    return Status::Ok();
+  });
+  const TrainState state(2.f);
+  const std::string operation_id = NextOperationId();
+  std::vector<Status> statuses = RunProcesses([&](int p) {
+    SaveRequest request = RequestOf(p, state, operation_id);
+    request.force = true;
+    return Save(job.view(p), group.Member(p), std::move(request), TestOptions(5));
+  });
+  for (int p = 0; p < kProcesses; ++p) {
+    EXPECT_EQ(statuses[p].code(), StatusCode::kCommitStateUnknown)
+        << "process " << p << ": " << statuses[p].ToString();
+  }
+  // Nothing was deleted: the new checkpoint is in place, the previous one
+  // beside it.
+  ExpectCheckpointHoldsAt(job.shared(), kPath, state);
+  ExpectCheckpointHoldsAt(job.shared(), kTmp, TrainState(0.5f));
 }
 
 // Process 2's disk fills up: every process fails, process 2 saying how

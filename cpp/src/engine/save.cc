@@ -341,6 +341,11 @@ class SaveOperation {
       }
     }
     if (*result == "ok") return Status::Ok();
+    // The primary's status, as text: "<code name>: <message>".
+    if (result->starts_with(StatusCodeName(StatusCode::kCommitStateUnknown))) {
+      return CommitStateUnknownError("save of " + request_.path +
+                                     ": the primary (process 0) reported " + *result);
+    }
     return CancelledError("save of " + request_.path +
                           " was not committed because the primary failed: " + *result);
   }
