@@ -631,7 +631,9 @@ TEST(MultiprocessSaveTest, PrimaryUnknownCommitStateReachesEveryProcess) {
   ExpectAllOk(job.SaveAll(group, TrainState(0.5f), TestOptions(5)));
   std::atomic<int> exchanges{0};
   job.Inject([&](int p, std::string_view op, const std::string& path) {
-    if (p == 0 && op == "SyncDir" && path == "root") return StorageError("injected fsync failure");
+    if (p == 0 && op == "SyncDir" && path == "root") {
+      return StorageError("injected fsync failure");
+    }
     if (p == 0 && op == "Exchange" && ++exchanges == 2) {
       return StorageError("injected failure swapping back");
     }
@@ -691,7 +693,8 @@ TEST(MultiprocessSaveTest, OutOfSpaceSaysSoAndLeavesNothingBehind) {
     request.path = "root/ckpt-next";
     return Save(job.view(p), group.Member(p), std::move(request), TestOptions(5));
   }));
-  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(job.shared(), "root/ckpt-next"));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader,
+                          CheckpointReader::Open(job.shared(), "root/ckpt-next"));
 }
 
 }  // namespace

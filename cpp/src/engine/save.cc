@@ -308,7 +308,8 @@ class SaveOperation {
       if (!digest) {
         return InternalError("save of " + request_.path + ": process " +
                              std::to_string(p) +
-                             " arrived at 'prepared' without publishing its meta.json digest");
+                             " arrived at 'prepared' without publishing its "
+                             "meta.json digest");
       }
       digests[p] = std::move(*digest);
     }
@@ -366,7 +367,8 @@ class SaveOperation {
     return CommitStateUnknownError(
         "save of " + request_.path + ": " + silence +
         ", and this process could not record that it gave up (" + claim.ToString() +
-        (decided.ok() ? "" : "; reading the outcome back: " + decided.status().ToString()) +
+        (decided.ok() ? ""
+                      : "; reading the outcome back: " + decided.status().ToString()) +
         "); the checkpoint may or may not be committed at " + request_.path +
         ": check it before relying on it");
   }
