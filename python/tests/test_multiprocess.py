@@ -232,6 +232,17 @@ def test_a_save_failing_on_one_process_keeps_later_saves_in_step(tmp_path):
     assert all(r["second_ok"] for r in results)
 
 
+def test_processes_saving_different_trees_fail_naming_them(tmp_path):
+    results = harness.run_job(3, 1, "save_disagreeing_trees",
+                              {"path": str(tmp_path / "ckpt")})
+    for r in results:
+        assert r["first_error"] == "InvalidArgumentError", r
+        assert ("process 1 differs from process 0 in the meta.json of 'state'"
+                in r["message"]), r
+        assert r["left"] == ["ckpt"], r  # nothing of the failed save
+        assert r["second_ok"], r
+
+
 def test_typed_prng_keys_across_processes(tmp_path):
     results = harness.run_job(2, 2, "typed_keys", {"path": str(tmp_path / "ckpt")})
     # 6 key leaves, loaded twice (targeted, untargeted), 2 local devices each.

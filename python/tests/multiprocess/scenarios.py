@@ -243,6 +243,26 @@ def save_after_one_process_failed(path: str, timeout_s: float) -> dict:
                               and int(loaded["local"]) == 5)}
 
 
+def save_disagreeing_trees(path: str) -> dict:
+    """Process 1 saves "w" as float16, the others as float32: only the
+    primary's meta.json would be written, so the save must fail everywhere,
+    naming process 1, and write nothing. The next save agrees and works."""
+    dtype = np.float16 if jax.process_index() == 1 else np.float32
+    try:
+        sk.save(path + "-first", {"w": np.arange(16, dtype=dtype)},
+                options=sk.Options(timeout_s=60.0))
+        first_error, message = None, ""
+    except sk.ShardkeepError as e:
+        first_error, message = type(e).__name__, str(e)
+    state = {"w": np.arange(16, dtype=np.float32)}
+    sk.save(path, state, options=sk.Options(timeout_s=60.0))
+    # Listed after the second save, which the primary joins only once it
+    # has cleaned up after the first.
+    return {"first_error": first_error, "message": message,
+            "left": sorted(os.listdir(os.path.dirname(path))),
+            "second_ok": bool(np.array_equal(sk.load(path)["w"], state["w"]))}
+
+
 KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 
 
