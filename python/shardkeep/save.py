@@ -61,7 +61,9 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
     On the CPU backend arrays are written straight from their buffers, so
     they must not be donated from another thread while this runs.
     Raises AlreadyExistsError if a checkpoint exists at ``path`` and
-    ``force`` is False.
+    ``force`` is False; OutOfSpaceError when the storage fills up (the
+    failed save leaves nothing behind); CommitStateUnknownError when the
+    commit's outcome could not be settled (check ``path`` before retrying).
     """
     save_checkpointables(path, {"state": tree}, options=options,
                          custom_metadata=custom_metadata, force=force, step=step)
