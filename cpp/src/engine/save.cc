@@ -43,11 +43,14 @@
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <system_error>
 
+#include "engine/catch_exceptions.h"
 #include "engine/shard_writer.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
+#include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 
 namespace shardkeep {
@@ -186,6 +189,11 @@ class SaveOperation {
     }
     return AwaitCommit();
   }
+
+  // Claims the outcome "abort" (see the outcome key above), so that the
+  // primary cannot commit any more. AlreadyExists: "commit" was claimed
+  // first, or another process already claimed "abort".
+  Status Abandon() { return coordinator_->KeyValueSet(Key("outcome"), "abort"); }
 
  private:
   std::string Key(const std::string& name) const { return id_ + "/" + name; }
@@ -354,12 +362,36 @@ class SaveOperation {
 Result<std::unique_ptr<SaveHandle>> StartSave(
     std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
     SaveRequest request, const Options& options) {
+  const std::string path = request.path;
   auto operation = std::make_shared<SaveOperation>(
       std::move(storage), std::move(coordinator), std::move(request), options);
-  SK_RETURN_IF_ERROR(operation->Prepare());
+  SK_RETURN_IF_ERROR(internal::CallCatching(
+      "the blocking phase of the save of " + path, [&] { return operation->Prepare(); }));
   Future future;
-  std::thread thread([operation, future] { future.Set(operation->Run()); });
-  return std::make_unique<SaveHandle>(future, std::move(thread));
+  const CancellationToken token;
+  auto cancel = [operation, token, future, path]() -> Status {
+    token.Cancel();
+    Status claimed = operation->Abandon();
+    if (claimed.code() != StatusCode::kAlreadyExists) return claimed;
+    // Either the commit is under way, or this process already gave up (an
+    // earlier Cancel, or a timeout waiting for the primary): the latter
+    // resolves the future with an error.
+    if (future.Ready() && !future.Wait(0)->ok()) return Status::Ok();
+    return AlreadyExistsError("save of " + path + ": the commit is already under way");
+  };
+  std::thread thread;
+  try {
+    thread = std::thread([operation, future, token, path] {
+      CancellationScope scope(token);
+      future.Set(internal::CallCatching("the background phase of the save of " + path,
+                                        [&] { return operation->Run(); }));
+    });
+  } catch (const std::system_error& e) {
+    (void)operation->Abandon();
+    return ResourceExhaustedError("save of " + path +
+                                  ": cannot start its background thread: " + e.what());
+  }
+  return std::make_unique<SaveHandle>(future, std::move(thread), std::move(cancel));
 }
 
 Status Save(std::shared_ptr<Storage> storage,
