@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 import shardkeep as sk
 from shardkeep import background_saves
@@ -102,4 +103,18 @@ def test_exit_waits_no_longer_than_the_saves_timeout(ckpt):
     assert elapsed < 20
     assert "did not finish within 1 s at interpreter exit; abandoning it" in stderr
     assert ckpt in stderr
+    assert not os.path.exists(os.path.join(ckpt, "_SHARDKEEP"))
+
+
+def test_a_coordinator_callback_of_the_wrong_type_fails_the_save(ckpt, monkeypatch):
+    # The core calls the coordinator's Python functions from the save's
+    # thread; a result it cannot convert (an int, not a str) used to escape
+    # as a C++ exception there and abort the whole process.
+    class WrongType(LocalCoordination):
+        def try_get(self, key):
+            return 42 if key.endswith("/written/failed") else super().try_get(key)
+    WrongType().install(monkeypatch)
+    with pytest.raises(sk.ShardkeepError) as info:
+        sk.save(ckpt, {"w": np.ones(10)})
+    assert f"background phase of the save of {ckpt}" in str(info.value)
     assert not os.path.exists(os.path.join(ckpt, "_SHARDKEEP"))

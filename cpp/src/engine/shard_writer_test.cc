@@ -62,6 +62,25 @@ TEST(ShardWriterTest, CompressionBuffersStayUnderHostMemoryLimit) {
   EXPECT_EQ(limiter.used(), 0u);
 }
 
+TEST(ShardWriterTest, ASaveUnderASmallLimitCompletesAndLoadsBack) {
+  Shard shard;
+  const Options options = CompressedSmallChunks(400 << 10);
+  auto storage = NewMemoryStorage();
+  SaveRequest request;
+  request.path = "ckpt";
+  request.parts.push_back(
+      testdata::PytreePayload("state", {{"w", "float32", {kRows, kCols}}}));
+  request.parts[0].shards = shard.Data();
+  SK_ASSERT_OK(Save(storage, NewSingleProcessCoordinator(), request, options));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, "ckpt"));
+  std::vector<float> loaded(kRows * kCols);
+  SK_ASSERT_OK(reader->Read("state",
+                            {{0, DType::kFloat32, Box{{0, 0}, {kRows, kCols}},
+                              reinterpret_cast<uint8_t*>(loaded.data())}},
+                            options));
+  EXPECT_EQ(loaded, shard.values);
+}
+
 TEST(ShardWriterTest, ExceptionFromStorageBecomesAnErrorNamingTheWriter) {
   Shard shard;
   auto faulty = std::make_shared<FaultInjectionStorage>(StorageWithFolders());
