@@ -64,8 +64,17 @@ thread_local PyObject* pending_interrupt = nullptr;
   throw nb::python_error();
 }
 
+// Forgets an interrupt that no Status carried out (REQUIRES: the GIL).
+void ClearPendingInterrupt() {
+  Py_XDECREF(pending_interrupt);
+  pending_interrupt = nullptr;
+}
+
 [[noreturn]] void Raise(const Status& status) {
-  if (pending_interrupt) RaisePendingInterrupt();
+  if (pending_interrupt) {
+    if (status.code() == StatusCode::kCancelled) RaisePendingInterrupt();
+    ClearPendingInterrupt();
+  }
   nb::object type =
       nb::module_::import_("shardkeep.errors").attr(ErrorClassName(status.code()));
   PyErr_SetString(type.ptr(), status.message().c_str());
@@ -294,6 +303,7 @@ struct PySaveHandle {
     if (!handle) return;
     interrupted = true;
     Status cancelled = WithoutGil([&] { return handle->Cancel(); });
+    ClearPendingInterrupt();  // a second interrupt, during the cancel itself
     if (cancelled.ok()) return;
     if (cancelled.code() != StatusCode::kAlreadyExists) {
       AddNote(interrupt, "the save to " + path +
@@ -373,7 +383,14 @@ Status RunInterruptibly(Work&& work) {
   std::optional<Status> outcome;
   std::thread worker([&] {
     CancellationScope scope(token);
-    Status status = work();
+    Status status;
+    try {
+      status = work();
+    } catch (const std::bad_alloc&) {
+      status = ResourceExhaustedError("out of memory while reading");
+    } catch (const std::exception& e) {
+      status = InternalError(std::string("reading threw an exception: ") + e.what());
+    }
     std::lock_guard<std::mutex> lock(mu);
     outcome = std::move(status);
     cv.notify_all();

@@ -191,9 +191,18 @@ class SaveOperation {
   }
 
   // Claims the outcome "abort" (see the outcome key above), so that the
-  // primary cannot commit any more. AlreadyExists: "commit" was claimed
-  // first, or another process already claimed "abort".
-  Status Abandon() { return coordinator_->KeyValueSet(Key("outcome"), "abort"); }
+  // primary cannot commit any more. Ok: the save will not commit (this or
+  // another process claimed "abort"). AlreadyExists: "commit" was claimed
+  // first, so the commit is under way.
+  Status Abandon() {
+    Status claim = coordinator_->KeyValueSet(Key("outcome"), "abort");
+    if (claim.code() != StatusCode::kAlreadyExists) return claim;
+    SK_ASSIGN_OR_RETURN(std::optional<std::string> outcome,
+                        coordinator_->KeyValueTryGet(Key("outcome")));
+    if (outcome == "abort") return Status::Ok();
+    return AlreadyExistsError("save of " + request_.path +
+                              ": the commit is already under way");
+  }
 
  private:
   std::string Key(const std::string& name) const { return id_ + "/" + name; }
@@ -369,15 +378,9 @@ Result<std::unique_ptr<SaveHandle>> StartSave(
       "the blocking phase of the save of " + path, [&] { return operation->Prepare(); }));
   Future future;
   const CancellationToken token;
-  auto cancel = [operation, token, future, path]() -> Status {
+  auto cancel = [operation, token]() -> Status {
     token.Cancel();
-    Status claimed = operation->Abandon();
-    if (claimed.code() != StatusCode::kAlreadyExists) return claimed;
-    // Either the commit is under way, or this process already gave up (an
-    // earlier Cancel, or a timeout waiting for the primary): the latter
-    // resolves the future with an error.
-    if (future.Ready() && !future.Wait(0)->ok()) return Status::Ok();
-    return AlreadyExistsError("save of " + path + ": the commit is already under way");
+    return operation->Abandon();
   };
   std::thread thread;
   try {
