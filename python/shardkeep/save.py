@@ -87,7 +87,9 @@ def save_async(path, tree: Any, *, options: options_lib.Options | None = None,
     """Saves ``tree`` as "state"; returns after the blocking phase.
 
     When this returns the caller may donate, delete or overwrite the arrays
-    of ``tree``: the save owns host copies of them.
+    of ``tree``: the save owns host copies of them. The future may be
+    dropped: the save still finishes in the background, a failure is then
+    logged, and interpreter exit waits for it.
     """
     return save_checkpointables_async(path, {"state": tree}, options=options,
                                       custom_metadata=custom_metadata, force=force, step=step)
