@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ tests (ctest) and the
-# Python tests (pytest, on 8 CPU devices).
+# Sets everything up, then runs every test: the C++ tests (ctest), the C++
+# tests under sanitizers (scripts/sanitize.sh) and the Python tests (pytest,
+# on 8 CPU devices).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,6 +10,7 @@ cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
 cmake --build build/cpp
 ctest --test-dir build/cpp --output-on-failure -j 2
 scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
+scripts/sanitize.sh
 
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   .venv/bin/python -m pytest python/tests -q

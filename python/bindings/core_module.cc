@@ -3,12 +3,24 @@
 // call that touches storage, array bytes cross as uint8 views without
 // copies, and a non-OK Status becomes a shardkeep.errors exception here and
 // nowhere else.
+//
+// Waits are interruptible: a thread waiting for the engine wakes every
+// kSignalCheckSeconds to let Python run its signal handlers, so Ctrl-C
+// (KeyboardInterrupt) or a SIGTERM handler that raises gets through; the
+// interrupted operation is cancelled (an interrupted save never commits
+// afterwards) and the handler's exception propagates.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 
 namespace nb = nanobind;
@@ -35,7 +47,36 @@ const char* ErrorClassName(StatusCode code) {
   }
 }
 
+// How long a wait may go without letting Python run its signal handlers:
+// Ctrl-C must take effect within half a second.
+constexpr double kSignalCheckSeconds = 0.1;
+
+// A KeyboardInterrupt (or another exception that is not an Exception, like
+// SystemExit) raised by a Python callback called from C++ on this thread.
+// The engine sees a Cancelled status; Raise() re-raises the original, so the
+// caller gets the interrupt rather than an error about the callback.
+thread_local PyObject* pending_interrupt = nullptr;
+
+// REQUIRES: the GIL.
+[[noreturn]] void RaisePendingInterrupt() {
+  PyObject* interrupt = pending_interrupt;
+  pending_interrupt = nullptr;
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(interrupt)), interrupt);
+  Py_DECREF(interrupt);
+  throw nb::python_error();
+}
+
+// Forgets an interrupt that no Status carried out (REQUIRES: the GIL).
+void ClearPendingInterrupt() {
+  Py_XDECREF(pending_interrupt);
+  pending_interrupt = nullptr;
+}
+
 [[noreturn]] void Raise(const Status& status) {
+  if (pending_interrupt) {
+    if (status.code() == StatusCode::kCancelled) RaisePendingInterrupt();
+    ClearPendingInterrupt();
+  }
   nb::object type =
       nb::module_::import_("shardkeep.errors").attr(ErrorClassName(status.code()));
   PyErr_SetString(type.ptr(), status.message().c_str());
@@ -125,9 +166,17 @@ class PyFunction {
     } catch (nb::python_error& error) {
       // str() of the exception: what() would add the traceback.
       std::string message = nb::str(error.value()).c_str();
+      if (!error.matches(PyExc_Exception)) {
+        Py_XDECREF(pending_interrupt);
+        pending_interrupt = error.value().inc_ref().ptr();
+        return CancelledError("interrupted (" + message + ")");
+      }
       if (error.matches(PyExc_TimeoutError)) return TimeoutError(message);
       if (error.matches(PyExc_FileExistsError)) return AlreadyExistsError(message);
       return InternalError("coordination service call failed: " + message);
+    } catch (const std::exception& error) {
+      // E.g. a result of the wrong type: the caller's thread must not die.
+      return InternalError(std::string("coordination service call failed: ") + error.what());
     }
   }
 
@@ -175,29 +224,106 @@ PyCoordinator* MakeCallbackCoordinator(int process_index, int process_count,
       NewCallbackCoordinator(process_index, process_count, std::move(functions))};
 }
 
+// Waits until `ready` returns true, at most `timeout_s` seconds (negative:
+// no limit), with the GIL released except every kSignalCheckSeconds, when
+// Python runs its signal handlers. Returns false on timeout; throws
+// nb::python_error when a handler raised (the GIL is held on return).
+template <typename Ready>
+bool WaitLettingSignalsIn(double timeout_s, Ready&& ready) {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    double slice = kSignalCheckSeconds;
+    if (timeout_s >= 0) {
+      const double left =
+          timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                          .count();
+      if (left <= 0) return WithoutGil([&] { return ready(0.0); });
+      slice = std::min(slice, left);
+    }
+    if (WithoutGil([&] { return ready(slice); })) return true;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+}
+
+// Adds a note to the exception being propagated (shown under its message).
+void AddNote(nb::python_error& error, const std::string& note) {
+  nb::object add_note = nb::getattr(error.value(), "add_note", nb::none());
+  if (!add_note.is_none()) add_note(note);
+}
+
 // A save in flight. Holds the Python arrays it borrows until it has
 // committed, so their memory outlives the background writes.
 struct PySaveHandle {
   // Declared first so it is destroyed last, after the writer has finished.
   nb::object borrowed;
-  std::unique_ptr<SaveHandle> handle;
+  std::unique_ptr<SaveHandle> handle;  // null once abandoned
+  Future future;
+  std::string path;
+  bool interrupted = false;
 
-  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle)
-      : borrowed(std::move(borrowed)), handle(std::move(handle)) {}
-  // A dropped future still commits: wait for the background phase without
-  // holding the GIL, then let go of the arrays.
+  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle, std::string path)
+      : borrowed(std::move(borrowed)),
+        handle(std::move(handle)),
+        future(this->handle->future()),
+        path(std::move(path)) {}
+  // Joins the background thread without holding the GIL (the Python front
+  // keeps every save in flight referenced, so this does not wait).
   ~PySaveHandle() {
     nb::gil_scoped_release release;
     handle.reset();
   }
 
+  // At interpreter exit, for a save still running once exit has waited
+  // long enough: its thread is left for the end of the process to stop
+  // rather than joined, and the buffers it reads stay alive.
+  void Abandon() {
+    (void)handle.release();
+    (void)borrowed.release();
+  }
+
   bool Wait(std::optional<double> timeout) {
-    std::optional<Status> outcome =
-        WithoutGil([&] { return handle->future().Wait(timeout ? *timeout : -1.0); });
-    if (!outcome) return false;
-    borrowed = nb::none();
-    ThrowIfError(*outcome);
+    bool ready;
+    try {
+      ready = WaitLettingSignalsIn(timeout ? *timeout : -1.0, [&](double slice) {
+        return future.Wait(slice).has_value();
+      });
+    } catch (nb::python_error& interrupt) {
+      Cancel(interrupt);
+      throw;
+    }
+    if (!ready) return false;
+    if (handle) borrowed = nb::none();
+    ThrowIfError(*future.Wait(0));
     return true;
+  }
+
+  // A signal handler raised `interrupt` while this save was awaited: stop
+  // the save from committing. If its commit was already under way, wait
+  // for that to finish, so that nothing changes at the path once the
+  // interrupt has propagated.
+  void Cancel(nb::python_error& interrupt) {
+    if (!handle) return;
+    interrupted = true;
+    Status cancelled = WithoutGil([&] { return handle->Cancel(); });
+    ClearPendingInterrupt();  // a second interrupt, during the cancel itself
+    if (cancelled.ok()) return;
+    if (cancelled.code() != StatusCode::kAlreadyExists) {
+      AddNote(interrupt, "the save to " + path +
+                             " may still commit: cancelling it failed: " +
+                             cancelled.ToString());
+      return;
+    }
+    try {
+      WaitLettingSignalsIn(-1.0, [&](double slice) { return future.Wait(slice).has_value(); });
+    } catch (nb::python_error&) {
+      AddNote(interrupt, "the save to " + path +
+                             " was committing when interrupted again and may still commit");
+      return;
+    }
+    Status outcome = *future.Wait(0);
+    AddNote(interrupt, outcome.ok()
+                           ? "the save to " + path + " had committed before the interrupt"
+                           : "the save to " + path + " was not committed");
   }
 };
 
@@ -242,7 +368,49 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   Result<std::unique_ptr<SaveHandle>> started = WithoutGil([&] {
     return StartSave(location.storage, group, std::move(request), options);
   });
-  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)));
+  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)),
+                          location.path);
+}
+
+// Runs `work` (which returns a Status) on a thread of its own, in a
+// CancellationScope, while this thread waits letting signals in. When a
+// signal handler raises, the work is cancelled, and its exception
+// propagates once the work has stopped (it may be writing into buffers the
+// caller owns, so it must not outlive the call).
+template <typename Work>
+Status RunInterruptibly(Work&& work) {
+  CancellationToken token;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Status> outcome;
+  std::thread worker([&] {
+    CancellationScope scope(token);
+    Status status;
+    try {
+      status = work();
+    } catch (const std::bad_alloc&) {
+      status = ResourceExhaustedError("out of memory while reading");
+    } catch (const std::exception& e) {
+      status = InternalError(std::string("reading threw an exception: ") + e.what());
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    outcome = std::move(status);
+    cv.notify_all();
+  });
+  auto finished = [&](double slice) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::duration<double>(slice),
+                       [&] { return outcome.has_value(); });
+  };
+  try {
+    WaitLettingSignalsIn(-1.0, finished);
+  } catch (nb::python_error&) {
+    token.Cancel();
+    WithoutGil([&] { worker.join(); });
+    throw;
+  }
+  WithoutGil([&] { worker.join(); });
+  return *outcome;
 }
 
 struct PyReader {
@@ -272,7 +440,7 @@ struct PyReader {
       CheckBufferSize(dst.size(), request.box, request.dtype, "read destination");
       parsed.push_back({request.leaf, request.dtype, std::move(request.box), dst.data()});
     }
-    ThrowIfError(WithoutGil([&] { return reader->Read(name, parsed, options); }));
+    ThrowIfError(RunInterruptibly([&] { return reader->Read(name, parsed, options); }));
   }
 
   // Requests as for Read (their buffers are not used); for each, None or
@@ -338,7 +506,11 @@ NB_MODULE(_core, m) {
   nb::class_<PySaveHandle>(m, "SaveHandle")
       .def("wait", &PySaveHandle::Wait, "timeout"_a = nb::none(),
            "Waits for the commit; False on timeout, raises if the save failed.")
-      .def("done", [](PySaveHandle& self) { return self.handle->future().Ready(); });
+      .def("done", [](PySaveHandle& self) { return self.future.Ready(); })
+      .def("abandon", &PySaveHandle::Abandon,
+           "At interpreter exit: leave a still-running save to the process's end.")
+      .def_prop_ro("interrupted", [](PySaveHandle& self) { return self.interrupted; },
+                   "True once a wait for it was interrupted, which cancelled it.");
 
   m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),
         "step"_a = nb::none(), "custom_metadata_json"_a = "{}",

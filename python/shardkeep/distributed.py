@@ -10,6 +10,11 @@ blocking calls (``wait_at_barrier``, ``blocking_key_value_get``) release the
 GIL while they wait, so a save's background thread waiting at a barrier does
 not stall the training loop's Python thread.
 
+The client's blocking calls do not return to Python until they finish, so
+on the main thread (a save's blocking phase waits at a barrier there) they
+run on a helper thread while the main thread waits for it, which Ctrl-C
+interrupts; the abandoned call ends on its own within its timeout.
+
 Barriers name the processes that did not arrive: before waiting, each
 process records ``<barrier>/arrived/<process_index>`` in the key-value store;
 when the wait fails, the arrivals are listed and the missing processes named
@@ -18,7 +23,8 @@ in the error.
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Callable
 
 import jax
 
@@ -87,6 +93,32 @@ def _ms(timeout_s: float) -> int:
     return max(1, int(round(timeout_s * 1000)))
 
 
+def _interruptible(call: Callable[..., Any], *args) -> Any:
+    """``call(*args)``; on the main thread, waited for interruptibly (signal
+    handlers run while it blocks; their exception propagates at once)."""
+    if threading.current_thread() is not threading.main_thread():
+        return call(*args)
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            outcome["value"] = call(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread.
+            outcome["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="shardkeep-coordination-call").start()
+    # Short waits: the handlers run between them even if the signal was
+    # delivered to another thread.
+    while not done.wait(0.1):
+        pass
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 class JaxCoordination:
     """Barrier and key-value operations on JAX's client, with shardkeep errors.
 
@@ -104,7 +136,7 @@ class JaxCoordination:
         arrived = f"{key}/arrived/{self.process_index}"
         try:
             self._client.key_value_set(arrived, "1", allow_overwrite=True)
-            self._client.wait_at_barrier(key, _ms(timeout_s))
+            _interruptible(self._client.wait_at_barrier, key, _ms(timeout_s))
         except Exception as e:  # noqa: BLE001 - the client raises JaxRuntimeError.
             missing = self._missing(key)
             who = (f"processes {missing} did not arrive" if missing is not None
@@ -151,7 +183,7 @@ class JaxCoordination:
 
     def get(self, key: str, timeout_s: float) -> str:
         try:
-            return self._client.blocking_key_value_get(key, _ms(timeout_s))
+            return _interruptible(self._client.blocking_key_value_get, key, _ms(timeout_s))
         except Exception as e:  # noqa: BLE001
             if _code(e) == "DEADLINE_EXCEEDED":
                 raise TimeoutError(

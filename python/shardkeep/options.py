@@ -17,8 +17,12 @@ class Options:
         waste and one large shard is written by several threads.
       compression: None (raw) or "zstd".
       io_threads: worker threads of the C++ engine; 0 picks a default.
-      host_memory_limit: cap on in-flight host bytes in the C++ engine;
-        0 means no cap.
+      host_memory_limit: cap on the memory the C++ engine allocates for
+        its own buffers (a load's read and decompression buffers; a save's
+        gather buffers and zstd output and working memory); 0 means the
+        default, 1 GiB. It does not count the arrays being saved or loaded,
+        nor the host copies ``save_async`` stages. A single chunk needing
+        more than the cap is processed alone.
       timeout_s: limit on every wait (barriers, save completion in C++).
       replica_parallel: split each replicated box among the devices that
         hold it (near-equal slices along its largest dimension), so that in

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from . import _core, checkpointables, distributed, staging
+from . import _core, background_saves, checkpointables, distributed, staging
 from . import options as options_lib
 from .errors import InvalidArgumentError, TimeoutError
 from .gc_pause import gc_paused
@@ -25,32 +25,46 @@ _save_calls = itertools.count()
 
 
 class SaveFuture:
-    """The outcome of a save whose background phase may still be running."""
+    """The outcome of a save whose background phase may still be running.
 
-    def __init__(self, handle, path: str):
-        self._handle = handle
-        self._path = path
+    The save does not depend on this object: dropping it lets the save
+    finish in the background (a failure is then logged), and interpreter
+    exit waits for it (see ``shardkeep.background_saves``).
+    """
+
+    def __init__(self, save: background_saves.BackgroundSave):
+        self._save = save
 
     def result(self, timeout: float | None = None) -> None:
         """Waits until the checkpoint is committed.
 
         Raises the save's error if it failed, and shardkeep.TimeoutError if
         it is not committed within ``timeout`` seconds (None waits; the core
-        bounds every wait by Options.timeout_s).
+        bounds every wait by Options.timeout_s). Ctrl-C (KeyboardInterrupt,
+        or any exception a signal handler raises) interrupts the wait within
+        half a second and cancels the save: it will not commit. If its
+        commit was already under way, the interrupt propagates once that
+        has finished, with a note saying whether it committed.
         """
-        if not self._handle.wait(timeout):
+        try:
+            finished = self._save.handle.wait(timeout)
+        except BaseException:
+            self._save.claim_report()
+            raise
+        if not finished:
             raise TimeoutError(
-                f"save to {self._path!r} not committed within {timeout} s; it continues in the"
+                f"save to {self.path!r} not committed within {timeout} s; it continues in the"
                 " background, call result() again to keep waiting")
+        self._save.claim_report()
 
     def done(self) -> bool:
         """True once the save has committed or failed."""
-        return self._handle.done()
+        return self._save.handle.done()
 
     @property
     def path(self) -> str:
         """The checkpoint path being written."""
-        return self._path
+        return self._save.path
 
 
 def save(path, tree: Any, *, options: options_lib.Options | None = None,
@@ -75,7 +89,9 @@ def save_async(path, tree: Any, *, options: options_lib.Options | None = None,
     """Saves ``tree`` as "state"; returns after the blocking phase.
 
     When this returns the caller may donate, delete or overwrite the arrays
-    of ``tree``: the save owns host copies of them.
+    of ``tree``: the save owns host copies of them. The future may be
+    dropped: the save still finishes in the background, a failure is then
+    logged, and interpreter exit waits for it.
     """
     return save_checkpointables_async(path, {"state": tree}, options=options,
                                       custom_metadata=custom_metadata, force=force, step=step)
@@ -94,8 +110,18 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     a registered kind's class by that kind, anything else as a pytree.
     Each checkpointable can later be loaded alone.
     """
-    _start(path, items, options, custom_metadata, metrics, force, step,
-           own_copies=False).result()
+    path, handle, options = _start(path, items, options, custom_metadata, metrics, force,
+                                   step, own_copies=False)
+    # Waited for here, so not a background save: an error is raised, not
+    # logged. Ctrl-C cancels it (see SaveFuture.result); its thread may
+    # still be winding down, so the registry takes it rather than this
+    # frame joining it.
+    try:
+        handle.wait(None)
+    except BaseException:
+        if handle.interrupted:
+            background_saves.track(handle, path, options.timeout_s)
+        raise
 
 
 def save_checkpointables_async(path, items: Mapping[str, Any], *,
@@ -104,12 +130,15 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
                                metrics: Mapping | None = None, force: bool = False,
                                step: int | None = None) -> SaveFuture:
     """``save_checkpointables`` that returns after the blocking phase."""
-    return _start(path, items, options, custom_metadata, metrics, force, step,
-                  own_copies=True)
+    path, handle, options = _start(path, items, options, custom_metadata, metrics, force,
+                                   step, own_copies=True)
+    return SaveFuture(background_saves.track(handle, path, options.timeout_s))
 
 
 def _start(path, items, options, custom_metadata, metrics, force, step, *,
-           own_copies: bool) -> SaveFuture:
+           own_copies: bool):
+    """Runs the blocking phase; returns the path, the core's save handle and
+    the resolved options."""
     operation_id = str(next(_save_calls))
     path = os.fspath(path)
     options = options_lib.resolve(options)
@@ -129,7 +158,7 @@ def _start(path, items, options, custom_metadata, metrics, force, step, *,
         metrics_json=_json_object("metrics", metrics),
         force=force, options=options.to_core(), coordinator=coordinator,
         operation_id=operation_id)
-    return SaveFuture(handle, path)
+    return path, handle, options
 
 
 def _json_object(what: str, value: Mapping | None) -> str:

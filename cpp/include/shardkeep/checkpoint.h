@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,11 +60,14 @@ struct SaveRequest {
   std::shared_ptr<void> keepalive;
 };
 
-// Owns the background phase of one save. The destructor waits for it.
+// Owns the background phase of one save: its thread, joined by the
+// destructor (so dropping the handle waits for the save), and its outcome.
 class SaveHandle {
  public:
-  SaveHandle(Future future, std::thread thread)
-      : future_(std::move(future)), thread_(std::move(thread)) {}
+  SaveHandle(Future future, std::thread thread, std::function<Status()> cancel)
+      : future_(std::move(future)),
+        thread_(std::move(thread)),
+        cancel_(std::move(cancel)) {}
   SaveHandle(const SaveHandle&) = delete;
   SaveHandle& operator=(const SaveHandle&) = delete;
   ~SaveHandle() {
@@ -71,9 +75,18 @@ class SaveHandle {
   }
   const Future& future() const { return future_; }
 
+  // Stops the save from committing if it still can be stopped, and its
+  // writers from starting new chunks. Ok: it will not commit (its future
+  // resolves with an error once the background phase has wound down).
+  // AlreadyExists: the commit was already under way; the future's outcome
+  // says whether it succeeded. Any other error: whether it commits cannot
+  // be known (the coordinator failed). Thread-safe; may be called again.
+  Status Cancel() { return cancel_(); }
+
  private:
   Future future_;
   std::thread thread_;
+  std::function<Status()> cancel_;
 };
 
 // Runs the blocking phase and starts the background phase. An error of the

@@ -24,6 +24,8 @@ class Coordinator {
   // Timeout naming the key (and the missing processes where known).
   // REQUIRES: keys are unique per operation and identical on all processes.
   virtual Status Barrier(const std::string& key, double timeout_s) = 0;
+  // Keys are write-once: setting a key that is set is AlreadyExists. The
+  // commit protocol relies on this to decide a save's outcome exactly once.
   virtual Status KeyValueSet(const std::string& key,
                              const std::string& value) = 0;
   // Waits until `key` is set, at most `timeout_s` seconds.

@@ -16,8 +16,11 @@ struct Options {
   int io_threads = 0;
   // A writer thread starts a new data file once its current one passes this.
   uint64_t data_file_bytes = 4ull << 30;
-  // Cap on bytes held in flight by the engine (read buffers for chunks that
-  // are not copied straight into place); 0 = 1 GiB.
+  // Cap on the memory the engine allocates for its own buffers: read and
+  // decompression buffers of a load, the writers' gather buffers and zstd
+  // output and working memory of a save. 0 = 1 GiB. The caller's memory
+  // (shards being saved, load destinations) is not counted. One unit of
+  // work needing more than the cap (a chunk larger than it) runs alone.
   uint64_t host_memory_limit = 0;
   // Every barrier and wait gives up after this long.
   double timeout_s = 600.0;

@@ -18,6 +18,7 @@ enum class StatusCode {
   kIncompatible,     // shape/dtype/tree mismatch, unsupported version or cast
   kTimeout,          // a barrier or wait ran past its deadline
   kStorage,          // the storage backend failed (I/O error, full disk...)
+  kResourceExhausted,  // out of memory or threads (std::bad_alloc and the like)
   kAlreadyExists,    // refusing to overwrite a committed checkpoint
   kCancelled,        // another participant failed; this one stopped
   kInternal,         // a bug in shardkeep
@@ -56,6 +57,7 @@ Status CorruptionError(std::string message);
 Status IncompatibleError(std::string message);
 Status TimeoutError(std::string message);
 Status StorageError(std::string message);
+Status ResourceExhaustedError(std::string message);
 Status AlreadyExistsError(std::string message);
 Status CancelledError(std::string message);
 Status InternalError(std::string message);

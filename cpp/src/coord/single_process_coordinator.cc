@@ -15,7 +15,9 @@ class SingleProcessCoordinator final : public Coordinator {
   Status Barrier(const std::string&, double) override { return Status::Ok(); }
   Status KeyValueSet(const std::string& key, const std::string& value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    values_[key] = value;
+    if (!values_.emplace(key, value).second) {
+      return AlreadyExistsError("key '" + key + "' is already set");
+    }
     return Status::Ok();
   }
   Result<std::string> KeyValueGet(const std::string& key, double) override {

@@ -13,6 +13,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kIncompatible: return "Incompatible";
     case StatusCode::kTimeout: return "Timeout";
     case StatusCode::kStorage: return "Storage";
+    case StatusCode::kResourceExhausted: return "ResourceExhausted";
     case StatusCode::kAlreadyExists: return "AlreadyExists";
     case StatusCode::kCancelled: return "Cancelled";
     case StatusCode::kInternal: return "Internal";
@@ -38,6 +39,9 @@ Status CorruptionError(std::string m) { return {StatusCode::kCorruption, std::mo
 Status IncompatibleError(std::string m) { return {StatusCode::kIncompatible, std::move(m)}; }
 Status TimeoutError(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
 Status StorageError(std::string m) { return {StatusCode::kStorage, std::move(m)}; }
+Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }

@@ -1,6 +1,10 @@
-// Bounds the bytes a pipeline holds in flight (read buffers, staging).
+// Bounds the memory a pipeline allocates for itself (Options::
+// host_memory_limit): every buffer the engine allocates is held in a
+// ByteLimiter while it exists: read and decompression buffers, the
+// writers' gather buffers, zstd output and working memory.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -18,6 +22,7 @@ class ByteLimiter {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return used_ == 0 || used_ + bytes <= limit_; });
     used_ += bytes;
+    peak_ = std::max(peak_, used_);
   }
   void Release(uint64_t bytes) {
     {
@@ -30,12 +35,18 @@ class ByteLimiter {
     std::lock_guard<std::mutex> lock(mu_);
     return used_;
   }
+  // The most bytes held at once so far.
+  uint64_t peak() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
 
  private:
   const uint64_t limit_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t used_ = 0;
+  uint64_t peak_ = 0;
 };
 
 // Holds `bytes` of a limiter for the lifetime of the object.

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string_view>
 
 #include "shardkeep/status.h"
 
@@ -11,8 +12,14 @@ namespace shardkeep::internal {
 // Calls work(i) for every i in [0, count) on at most `threads` threads
 // (the calling thread is one of them) and joins them all before returning.
 // Items are handed out in order. After the first error no new item starts;
-// that error is returned.
+// that error is returned. An exception thrown by work(i) becomes that
+// item's error (ResourceExhausted for std::bad_alloc, Internal otherwise),
+// naming `what` and i. Once the CancellationScope token of the calling
+// thread is cancelled no new item starts and Cancelled is returned; the
+// helper threads run in that scope too. If threads cannot be started, the
+// calling thread does all the work.
 Status ParallelFor(size_t count, int threads,
-                   const std::function<Status(size_t)>& work);
+                   const std::function<Status(size_t)>& work,
+                   std::string_view what = "work item");
 
 }  // namespace shardkeep::internal

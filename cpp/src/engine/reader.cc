@@ -354,7 +354,15 @@ class Reader final : public CheckpointReader {
           storage_->ReadAt(file, range.offset, range.length, read.direct));
       return Verify(part, read, read.direct, file);
     }
-    internal::ScopedBytes hold(limiter, range.length);
+    // The range's buffer and the decompression buffer CopyOut may need.
+    uint64_t decompressed = 0;
+    for (const ChunkRead* read : range.chunks) {
+      const auto& record = read->chunk->record;
+      if (record.codec == format::Codec::kZstd) {
+        decompressed = std::max(decompressed, record.raw_length);
+      }
+    }
+    internal::ScopedBytes hold(limiter, range.length + decompressed);
     ScratchBuffers::Buffer buffer = scratch.Take(range.length);
     Status status = CopyOut(part, range, file, buffer.data.get());
     scratch.Give(std::move(buffer));

@@ -58,13 +58,16 @@
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <system_error>
 
+#include "engine/catch_exceptions.h"
 #include "engine/make_visible.h"
 #include "engine/meta_agreement.h"
 #include "engine/shard_writer.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
+#include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 
 namespace shardkeep {
@@ -219,6 +222,20 @@ class SaveOperation {
       RemoveTemporaryDir();
     }
     return committed;
+  }
+
+  // Claims the outcome "abort" (see the outcome key above), so that the
+  // primary cannot commit any more. Ok: the save will not commit (this or
+  // another process claimed "abort"). AlreadyExists: "commit" was claimed
+  // first, so the commit is under way.
+  Status Abandon() {
+    Status claim = coordinator_->KeyValueSet(Key("outcome"), "abort");
+    if (claim.code() != StatusCode::kAlreadyExists) return claim;
+    SK_ASSIGN_OR_RETURN(std::optional<std::string> outcome,
+                        coordinator_->KeyValueTryGet(Key("outcome")));
+    if (outcome == "abort") return Status::Ok();
+    return AlreadyExistsError("save of " + request_.path +
+                              ": the commit is already under way");
   }
 
  private:
@@ -480,12 +497,30 @@ class SaveOperation {
 Result<std::unique_ptr<SaveHandle>> StartSave(
     std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
     SaveRequest request, const Options& options) {
+  const std::string path = request.path;
   auto operation = std::make_shared<SaveOperation>(
       std::move(storage), std::move(coordinator), std::move(request), options);
-  SK_RETURN_IF_ERROR(operation->Prepare());
+  SK_RETURN_IF_ERROR(internal::CallCatching(
+      "the blocking phase of the save of " + path, [&] { return operation->Prepare(); }));
   Future future;
-  std::thread thread([operation, future] { future.Set(operation->Run()); });
-  return std::make_unique<SaveHandle>(future, std::move(thread));
+  const CancellationToken token;
+  auto cancel = [operation, token]() -> Status {
+    token.Cancel();
+    return operation->Abandon();
+  };
+  std::thread thread;
+  try {
+    thread = std::thread([operation, future, token, path] {
+      CancellationScope scope(token);
+      future.Set(internal::CallCatching("the background phase of the save of " + path,
+                                        [&] { return operation->Run(); }));
+    });
+  } catch (const std::system_error& e) {
+    (void)operation->Abandon();
+    return ResourceExhaustedError("save of " + path +
+                                  ": cannot start its background thread: " + e.what());
+  }
+  return std::make_unique<SaveHandle>(future, std::move(thread), std::move(cancel));
 }
 
 Status Save(std::shared_ptr<Storage> storage,

@@ -1,6 +1,9 @@
 #include "engine/shard_writer.h"
 
 #include <xxhash.h>
+// For ZSTD_estimateCCtxSize_usingCParams: the working memory of a compression context,
+// counted against host_memory_limit.
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include <algorithm>
@@ -8,10 +11,12 @@
 #include <memory>
 #include <mutex>
 
+#include "engine/byte_limiter.h"
 #include "engine/chunking.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
 #include "format/index.h"
+#include "shardkeep/cancellation.h"
 
 namespace shardkeep::internal {
 namespace {
@@ -23,20 +28,30 @@ struct ChunkTask {
   Box box;
 };
 
-// One writer thread's state: its current data file and scratch buffers.
+struct ZstdContextDeleter {
+  void operator()(ZSTD_CCtx* context) const { ZSTD_freeCCtx(context); }
+};
+
+// One writer thread's state: its current data file and scratch memory (the
+// gather buffer, zstd's output and working memory). The scratch memory is
+// held in the save's ByteLimiter for as long as it is allocated.
 class ThreadWriter {
  public:
   ThreadWriter(Storage& storage, const std::string& dir, int process,
-               const Options& options, std::atomic<uint32_t>& next_file)
+               const Options& options, std::atomic<uint32_t>& next_file,
+               ByteLimiter& limiter)
       : storage_(storage), dir_(dir), process_(process), options_(options),
-        next_file_(next_file) {}
+        next_file_(next_file), limiter_(limiter) {}
+  ~ThreadWriter() { FreeScratch(); }
 
   Status Write(const ChunkTask& task, std::vector<format::ChunkRecord>& out) {
     const ShardData& shard = *task.shard;
     const uint64_t item = DTypeSize(shard.dtype);
     const uint64_t raw_length = task.box.NumElements() * item;
+    const bool contiguous = IsContiguousIn(task.box, shard.box);
+    ReserveScratch(raw_length, !contiguous);
     const uint8_t* raw = nullptr;
-    if (IsContiguousIn(task.box, shard.box)) {
+    if (contiguous) {
       raw = shard.data + RowMajorOffset(task.box, shard.box) * item;
     } else {
       gather_.resize(raw_length);
@@ -52,8 +67,11 @@ class ThreadWriter {
     uint64_t stored_length = raw_length;
     if (options_.compress) {
       compressed_.resize(ZSTD_compressBound(raw_length));
-      const size_t n = ZSTD_compress(compressed_.data(), compressed_.size(), raw,
-                                     raw_length, options_.zstd_level);
+      if (!zstd_) zstd_.reset(ZSTD_createCCtx());
+      if (!zstd_) return ResourceExhaustedError("cannot create a zstd context");
+      const size_t n = ZSTD_compressCCtx(zstd_.get(), compressed_.data(),
+                                         compressed_.size(), raw, raw_length,
+                                         options_.zstd_level);
       if (ZSTD_isError(n)) {
         return InternalError(std::string("zstd compression failed: ") +
                              ZSTD_getErrorName(n));
@@ -85,6 +103,7 @@ class ThreadWriter {
 
   // Syncs and closes the current file; data is durable only after this.
   Status Finish() {
+    FreeScratch();
     if (!file_) return Status::Ok();
     SK_RETURN_IF_ERROR(file_->Sync());
     Status status = file_->Close();
@@ -93,6 +112,41 @@ class ThreadWriter {
   }
 
  private:
+  // Makes the scratch memory held in the limiter cover a chunk of
+  // `raw_length` bytes: its gather buffer if it is not contiguous in its
+  // shard, and zstd's output and working memory when compressing. To grow,
+  // the thread first gives back everything it holds, so it never waits for
+  // memory while holding some and threads cannot deadlock on the limiter.
+  void ReserveScratch(uint64_t raw_length, bool gather) {
+    uint64_t output = 0, context = 0;
+    if (options_.compress) {
+      output = ZSTD_compressBound(raw_length);
+      context = ZSTD_estimateCCtxSize_usingCParams(
+          ZSTD_getCParams(options_.zstd_level, raw_length, 0));
+    }
+    const uint64_t needed =
+        std::max<uint64_t>(gather_.capacity(), gather ? raw_length : 0) +
+        std::max<uint64_t>(compressed_.capacity(), output) +
+        std::max<uint64_t>(zstd_ ? held_context_ : 0, context);
+    if (needed <= held_) {
+      held_context_ = std::max(held_context_, context);
+      return;
+    }
+    FreeScratch();
+    held_context_ = context;
+    held_ = (gather ? raw_length : 0) + output + context;
+    limiter_.Acquire(held_);
+  }
+
+  void FreeScratch() {
+    gather_ = {};
+    compressed_ = {};
+    zstd_.reset();
+    limiter_.Release(held_);
+    held_ = 0;
+    held_context_ = 0;
+  }
+
   Status EnsureFile(uint64_t next_bytes) {
     if (file_ && file_bytes_ > 0 &&
         file_bytes_ + next_bytes > options_.data_file_bytes) {
@@ -115,8 +169,12 @@ class ThreadWriter {
   std::unique_ptr<WritableFile> file_;
   uint32_t file_number_ = 0;
   uint64_t file_bytes_ = 0;
+  ByteLimiter& limiter_;
+  uint64_t held_ = 0;          // bytes of limiter_ held for the scratch memory
+  uint64_t held_context_ = 0;  // of which for zstd_
   std::vector<uint8_t> gather_;
   std::vector<uint8_t> compressed_;
+  std::unique_ptr<ZSTD_CCtx, ZstdContextDeleter> zstd_;
 };
 
 }  // namespace
@@ -125,6 +183,14 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
                                 const Options& options) {
+  ByteLimiter limiter(options.ResolvedHostMemoryLimit());
+  return WriteShards(storage, dir, process_index, shards, options, limiter);
+}
+
+Result<std::string> WriteShards(Storage& storage, const std::string& dir,
+                                int process_index,
+                                const std::vector<ShardData>& shards,
+                                const Options& options, ByteLimiter& limiter) {
   std::vector<ChunkTask> tasks;
   for (const ShardData& shard : shards) {
     if (shard.box.NumElements() == 0) continue;  // nothing to store
@@ -144,14 +210,18 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
   std::vector<std::vector<format::ChunkRecord>> records(threads);
   for (int t = 0; t < threads; ++t) {
     writers.push_back(std::make_unique<ThreadWriter>(storage, dir, process_index,
-                                                     options, next_file));
+                                                     options, next_file, limiter));
   }
+  const CancellationToken cancelled = CancellationScope::Current();
   SK_RETURN_IF_ERROR(ParallelFor(threads, threads, [&](size_t t) -> Status {
     for (size_t i; (i = next_task.fetch_add(1)) < tasks.size();) {
+      if (cancelled.cancelled()) {
+        return CancelledError("writing the shards of " + dir + " was cancelled");
+      }
       SK_RETURN_IF_ERROR(writers[t]->Write(tasks[i], records[t]));
     }
     return writers[t]->Finish();
-  }));
+  }, "writer thread of " + dir));
 
   std::vector<format::ChunkRecord> all;
   for (auto& part : records) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/byte_limiter.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/options.h"
 #include "shardkeep/storage.h"
@@ -17,10 +18,19 @@ namespace shardkeep::internal {
 // optionally compresses each chunk, fsyncs every data file once, and
 // finally writes and fsyncs `index/p<P>.idx`. `dir` is the checkpointable's
 // folder; its `data/` and `index/` subfolders must exist.
+// The writers' scratch memory (gather buffers, zstd output and working
+// memory) is held in a ByteLimiter of options.ResolvedHostMemoryLimit();
+// the shards' own memory belongs to the caller and is not counted. Once
+// the calling thread's CancellationScope is cancelled no new chunk starts.
 // Returns the index file's path relative to `dir`.
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
                                 const Options& options);
+// The same with the caller's limiter (a test reads its peak).
+Result<std::string> WriteShards(Storage& storage, const std::string& dir,
+                                int process_index,
+                                const std::vector<ShardData>& shards,
+                                const Options& options, ByteLimiter& limiter);
 
 }  // namespace shardkeep::internal

@@ -1,0 +1,118 @@
+#include "engine/shard_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <stdexcept>
+
+#include "engine/byte_limiter.h"
+#include "shardkeep/cancellation.h"
+#include "storage/fault_injection.h"
+#include "testing/payloads.h"
+#include "testing/status_matchers.h"
+
+namespace shardkeep::internal {
+namespace {
+
+constexpr uint64_t kRows = 64, kCols = 1024;
+
+// A 64x1024 float32 shard cut into 64x64 chunks: none is contiguous in the
+// shard, so every chunk is gathered, and the values compress well.
+struct Shard {
+  std::vector<float> values;
+  Shard() : values(kRows * kCols) {
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 97);
+  }
+  std::vector<ShardData> Data() const {
+    return {{0, DType::kFloat32, Box{{0, 0}, {kRows, kCols}},
+             reinterpret_cast<const uint8_t*>(values.data())}};
+  }
+};
+
+Options CompressedSmallChunks(uint64_t limit) {
+  Options options;
+  options.compress = true;
+  options.chunk_bytes = 64 * 64 * sizeof(float);
+  options.io_threads = 4;
+  options.host_memory_limit = limit;
+  return options;
+}
+
+std::shared_ptr<Storage> StorageWithFolders() {
+  std::shared_ptr<Storage> storage = NewMemoryStorage();
+  EXPECT_TRUE(storage->CreateDir("ckpt/state/data").ok());
+  EXPECT_TRUE(storage->CreateDir("ckpt/state/index").ok());
+  return storage;
+}
+
+TEST(ShardWriterTest, CompressionBuffersStayUnderHostMemoryLimit) {
+  const uint64_t limit = 400 << 10;  // one writer's scratch memory, not two
+  Shard shard;
+  std::shared_ptr<Storage> storage = StorageWithFolders();
+  ByteLimiter limiter(limit);
+  SK_ASSERT_OK(WriteShards(*storage, "ckpt/state", 0, shard.Data(),
+                           CompressedSmallChunks(limit), limiter)
+                   .status());
+  // Each writer holds a gather buffer, zstd's output and its working
+  // memory: at least a chunk and its compression bound...
+  EXPECT_GT(limiter.peak(), 2 * 64 * 64 * sizeof(float));
+  // ...and four threads together would need more than the limit, yet the
+  // writers never held more than it, and everything was given back.
+  EXPECT_LE(limiter.peak(), limit);
+  EXPECT_EQ(limiter.used(), 0u);
+}
+
+TEST(ShardWriterTest, ASaveUnderASmallLimitCompletesAndLoadsBack) {
+  Shard shard;
+  const Options options = CompressedSmallChunks(400 << 10);
+  auto storage = NewMemoryStorage();
+  SaveRequest request;
+  request.path = "ckpt";
+  request.parts.push_back(
+      testdata::PytreePayload("state", {{"w", "float32", {kRows, kCols}}}));
+  request.parts[0].shards = shard.Data();
+  SK_ASSERT_OK(Save(storage, NewSingleProcessCoordinator(), request, options));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, "ckpt"));
+  std::vector<float> loaded(kRows * kCols);
+  SK_ASSERT_OK(reader->Read("state",
+                            {{0, DType::kFloat32, Box{{0, 0}, {kRows, kCols}},
+                              reinterpret_cast<uint8_t*>(loaded.data())}},
+                            options));
+  EXPECT_EQ(loaded, shard.values);
+}
+
+TEST(ShardWriterTest, ExceptionFromStorageBecomesAnErrorNamingTheWriter) {
+  Shard shard;
+  auto faulty = std::make_shared<FaultInjectionStorage>(StorageWithFolders());
+  faulty->FailOn([](std::string_view op, const std::string&) -> Status {
+    if (op == "Append") throw std::bad_alloc();
+    return Status::Ok();
+  });
+  Result<std::string> written =
+      WriteShards(*faulty, "ckpt/state", 0, shard.Data(), CompressedSmallChunks(0));
+  EXPECT_EQ(written.status().code(), StatusCode::kResourceExhausted)
+      << written.status().ToString();
+  EXPECT_NE(written.status().message().find("writer thread of ckpt/state"),
+            std::string::npos)
+      << written.status().message();
+}
+
+TEST(ShardWriterTest, CancelledWritersStartNoNewChunk) {
+  Shard shard;
+  auto counted = std::make_shared<FaultInjectionStorage>(StorageWithFolders());
+  CancellationToken token;
+  counted->FailOn([&](std::string_view op, const std::string&) -> Status {
+    if (op == "Append") token.Cancel();
+    return Status::Ok();
+  });
+  CancellationScope scope(token);
+  Options options = CompressedSmallChunks(0);
+  options.io_threads = 1;
+  Result<std::string> written =
+      WriteShards(*counted, "ckpt/state", 0, shard.Data(), options);
+  EXPECT_EQ(written.status().code(), StatusCode::kCancelled);
+  EXPECT_LE(counted->Count("Append"), 2);  // of 16 chunks (an alignment pad + 1)
+}
+
+}  // namespace
+}  // namespace shardkeep::internal

@@ -1,0 +1,62 @@
+"""A one-process stand-in for JAX's coordination service, for tests.
+
+Its barrier runs a hook first (to stall or fail a save at a chosen phase);
+its key-value store is write-once like JAX's. ``install`` makes every save
+of this process use it instead of the trivial single-process coordinator.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from shardkeep import _core, distributed
+
+
+class LocalCoordination:
+    def __init__(self, on_barrier=None):
+        self.on_barrier = on_barrier
+        self._values: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def barrier(self, key: str, timeout_s: float) -> None:
+        if self.on_barrier is not None:
+            self.on_barrier(key)
+
+    def set(self, key: str, value: str) -> None:
+        with self._lock:
+            if key in self._values:
+                raise FileExistsError(f"key '{key}' is already set")
+            self._values[key] = value
+
+    def get(self, key: str, timeout_s: float) -> str:
+        with self._lock:
+            if key not in self._values:
+                raise TimeoutError(f"key '{key}' was never set")
+            return self._values[key]
+
+    def try_get(self, key: str):
+        with self._lock:
+            return self._values.get(key)
+
+    def core(self):
+        return _core.callback_coordinator(0, 1, self.barrier, self.set, self.get,
+                                          self.try_get)
+
+    def install(self, monkeypatch=None) -> None:
+        if monkeypatch is not None:
+            monkeypatch.setattr(distributed, "coordinator", self.core)
+        else:
+            distributed.coordinator = self.core
+
+
+def stall_at(phase: str, seconds: float, then=None):
+    """A barrier hook that sleeps at barrier `phase` ("prepared", "written"),
+    then calls `then` (which may raise)."""
+    import time
+
+    def hook(key: str) -> None:
+        if key.endswith("/" + phase):
+            time.sleep(seconds)
+            if then is not None:
+                then()
+    return hook
