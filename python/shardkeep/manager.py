@@ -275,13 +275,19 @@ class CheckpointManager:
     # -- waiting and closing ---------------------------------------------
 
     def wait(self) -> None:
-        """Waits for the save in flight and for pending deletions; raises their errors."""
-        self._wait_pending()
-        drain = _Drain()
-        self._jobs.put(drain)
-        if not drain.reached.wait(self._options.timeout_s + _WAIT_SLACK_S):
-            raise TimeoutError(f"checkpoint deletions under {self._root!r} did not finish"
-                               f" within {self._options.timeout_s + _WAIT_SLACK_S:.0f} s")
+        """Waits for the save in flight and for pending deletions; raises their errors.
+
+        The temporary folders of failed saves are removed before it returns.
+        """
+        try:
+            self._wait_pending()
+            drain = _Drain()
+            self._jobs.put(drain)
+            if not drain.reached.wait(self._options.timeout_s + _WAIT_SLACK_S):
+                raise TimeoutError(f"checkpoint deletions under {self._root!r} did not finish"
+                                   f" within {self._options.timeout_s + _WAIT_SLACK_S:.0f} s")
+        finally:
+            self._remove_leftovers()
         self._raise_errors()
 
     def close(self) -> None:
@@ -386,7 +392,7 @@ class CheckpointManager:
             self._leftovers.append(_join(self._root, name + _TMP_SUFFIX))
 
     def _remove_leftovers(self) -> None:
-        """Removes the temporary folders of failed saves (primary), before the next save.
+        """Removes the temporary folders of failed saves (primary): before a save, in ``wait``.
 
         A failed save may leave its partial ``<step>.shardkeep-tmp`` behind
         (the disk filled up, say); every step goes to a new path, so without

@@ -332,7 +332,10 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path, storage_faults, backend):
         mgr.save(2, state(2))
         with pytest.raises(sk.StorageError, match="saving step 2 .*injected failure of Append"):
             mgr.wait()
+        assert "000000002.shardkeep-tmp" in entries(root)   # could not be removed yet
         _core.testing.disarm_storage_faults()
+        mgr.wait()                                           # now it can
+        assert entries(root) == {"000000001": "committed"}
         assert mgr.save(3, state(3))
         mgr.wait()
         assert mgr.all_steps() == [3]
