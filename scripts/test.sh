@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ tests (ctest) and the
-# Python tests (pytest, on 8 CPU devices).
+# Sets everything up, then runs every test: the C++ tests (ctest), the
+# Python tests (pytest, on 8 CPU devices) and 50 crash-torture trials.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,3 +11,5 @@ ctest --test-dir build/cpp --output-on-failure -j 2
 
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   .venv/bin/python -m pytest python/tests -q
+
+scripts/torture.sh 50
