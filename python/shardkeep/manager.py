@@ -114,10 +114,9 @@ class CheckpointManager:
     ``shardkeep.retention`` and docs/MANAGER.md.
 
     The root is a file-system path (or ``file://``) or any URL the core
-    resolves (``memory://`` in tests), shared by all processes of the
-    job. Methods are meant to be called from
-    one thread, the training loop; the manager owns one worker thread, which
-    ``close`` joins.
+    resolves (``memory://`` in tests), shared by all processes of the job.
+    Methods are meant to be called from one thread, the training loop; the
+    manager owns one worker thread, which ``close`` joins.
     """
 
     def __init__(self, root, *, keep_last: int | None = None,
