@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "format/commit_record.h"
+#include "storage/fault_injection.h"
 #include "testing/status_matchers.h"
 #include "testing/storage_conformance.h"
 
@@ -121,6 +122,19 @@ TEST_P(CheckpointRootTest, RemoveLeftoverOnlyRemovesLeftovers) {
   const Status refused = RemoveLeftover(*storage_, root_ + "/0001");
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Exists("0001"));
+}
+
+TEST_P(CheckpointRootTest, AnUnreadableRecordFailsTheListingNamingIt) {
+  Commit("0001", Record(1));
+  auto faulty = std::make_shared<FaultInjectionStorage>(storage_);
+  faulty->FailOn([](std::string_view op, const std::string& path) {
+    return op == "ReadAll" ? StorageError("read " + path + ": I/O error") : Status::Ok();
+  });
+  const Status status = ListCheckpoints(*faulty, root_).status();
+  EXPECT_EQ(status.code(), StatusCode::kStorage);
+  EXPECT_NE(status.message().find("listing checkpoints under " + root_), std::string::npos);
+  EXPECT_NE(status.message().find("0001/_SHARDKEEP: I/O error"), std::string::npos)
+      << status.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(
