@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ tests (ctest), the C++
-# tests under sanitizers (scripts/sanitize.sh) and the Python tests (pytest,
-# on 8 CPU devices).
+# Sets everything up, then runs every test: the C++ tests (ctest), the
+# commit protocol at simulated scale, the C++ tests under sanitizers, the
+# Python tests (pytest, on 8 CPU devices) and 50 crash-torture trials.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -14,3 +14,5 @@ scripts/sanitize.sh
 
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   .venv/bin/python -m pytest python/tests -q
+
+scripts/torture.sh 50

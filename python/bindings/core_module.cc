@@ -12,7 +12,9 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
@@ -22,6 +24,8 @@
 
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
+#include "shardkeep/checkpoint_root.h"
+#include "storage/process_faults.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -138,7 +142,13 @@ LeafBox ParseLeafBox(nb::handle item, const char* what) {
                   nb::cast<std::vector<uint64_t>>(fields[3]))};
 }
 
-StorageLocation Locate(const std::string& url) { return ValueOrRaise(ResolveStorage(url)); }
+// Every path the front hands over is resolved here; a test process that
+// armed storage faults gets them wrapped in (see storage/process_faults.h).
+StorageLocation Locate(const std::string& url) {
+  StorageLocation location = ValueOrRaise(ResolveStorage(url));
+  location.storage = WithProcessFaults(std::move(location.storage));
+  return location;
+}
 
 nlohmann::json ParseJson(const std::string& text, const char* what) {
   nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
@@ -466,6 +476,53 @@ struct PyReader {
   }
 };
 
+// (name, state, step, commit_json, problem) of each entry under `url`;
+// step, commit_json and problem are None where they do not apply.
+nb::list ListCheckpointsPy(const std::string& url) {
+  StorageLocation location = Locate(url);
+  std::vector<RootEntry> entries = ValueOrRaise(
+      WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }));
+  nb::list out;
+  for (const RootEntry& e : entries) {
+    const bool committed = e.state == EntryState::kCommitted;
+    nb::object step = nb::none(), record = nb::none(), problem = nb::none();
+    if (committed && e.step) step = nb::int_(*e.step);
+    if (committed) record = nb::str(e.commit_json.c_str(), e.commit_json.size());
+    if (!e.problem.ok()) problem = nb::str(e.problem.message().c_str());
+    out.append(nb::make_tuple(e.name, EntryStateName(e.state), step, record, problem));
+  }
+  return out;
+}
+
+// A checkpoint's own storage call, by URL, without the GIL.
+template <typename Call>
+auto OnCheckpoint(const std::string& url, Call call) {
+  StorageLocation location = Locate(url);
+  return WithoutGil([&] { return call(*location.storage, location.path); });
+}
+
+// (op, path_regex, nth, times, action, max_delay_us) tuples; action is
+// "fail", "kill" or "kill_during".
+using FaultRuleTuple =
+    std::tuple<std::string, std::string, int64_t, int64_t, std::string, int64_t>;
+
+void ArmStorageFaultsPy(const std::vector<FaultRuleTuple>& tuples) {
+  std::vector<FaultRule> rules;
+  for (const auto& [op, path_regex, nth, times, action, max_delay_us] : tuples) {
+    FaultRule rule{op, path_regex, nth, times, FaultRule::Action::kFail, max_delay_us};
+    if (action == "kill") {
+      rule.action = FaultRule::Action::kKill;
+    } else if (action == "kill_during") {
+      rule.action = FaultRule::Action::kKillDuring;
+    } else if (action != "fail") {
+      Raise(InvalidArgumentError("fault action must be fail, kill or kill_during, got " +
+                                 action));
+    }
+    rules.push_back(std::move(rule));
+  }
+  ThrowIfError(ArmProcessFaults(std::move(rules)));
+}
+
 }  // namespace
 }  // namespace shardkeep
 
@@ -542,4 +599,40 @@ NB_MODULE(_core, m) {
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
       .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
+
+  m.def("list_checkpoints", &ListCheckpointsPy, "root"_a,
+        "(name, state, step, commit_json, problem) of each entry under a root.");
+  m.def(
+      "read_commit_record",
+      [](const std::string& path) {
+        return ValueOrRaise(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+          return ReadCommitRecord(s, p);
+        }));
+      },
+      "path"_a, "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
+  m.def(
+      "delete_checkpoint",
+      [](const std::string& path) {
+        ThrowIfError(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+          return DeleteCheckpoint(s, p);
+        }));
+      },
+      "path"_a, "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it.");
+  m.def(
+      "remove_leftover",
+      [](const std::string& path) {
+        ThrowIfError(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+          return RemoveLeftover(s, p);
+        }));
+      },
+      "path"_a, "Deletes a .shardkeep-tmp, -old or -deleting folder.");
+
+  nb::module_ testing = m.def_submodule(
+      "testing", "Test-only: storage faults armed for the whole process.");
+  testing.def("arm_storage_faults", &ArmStorageFaultsPy, "rules"_a,
+              "Replaces the plan with (op, path_regex, nth, times, action, "
+              "max_delay_us) rules; counts restart.");
+  testing.def("disarm_storage_faults", &DisarmProcessFaults);
+  testing.def("storage_call_counts", &ProcessFaultCounts,
+              "Storage calls per operation since the plan was armed.");
 }

@@ -2,13 +2,17 @@
 
 How a manager works (docs/MANAGER.md has the user-facing rules):
 
-1. At creation the root is listed once: by the primary, which shares the
-   listing with the other processes through JAX's coordination service
-   (each listing by itself could race with deletions the primary is still
-   finishing). A step is a directory named by digits only whose
-   ``_SHARDKEEP`` exists and parses; its metrics come from that record. The primary removes stale ``*.shardkeep-tmp`` and
-   ``*.shardkeep-deleting`` directories, and ``<step>.shardkeep-old`` when
-   ``<step>`` itself is committed (otherwise it is the only copy and stays).
+1. At creation the root is listed once, by the C++ core
+   (``_core.list_checkpoints``, through the Storage interface, so every
+   backend works): by the primary, which shares the listing with the
+   other processes through JAX's coordination service (each listing by
+   itself could race with deletions the primary is still finishing). A
+   step is an entry named by digits only whose ``_SHARDKEEP`` the core's
+   decoder accepts (the reader's own check: format, version, fields); its
+   metrics come from that record. The primary removes stale
+   ``*.shardkeep-tmp`` and ``*.shardkeep-deleting`` folders, and
+   ``<step>.shardkeep-old`` when ``<step>`` itself is committed (otherwise
+   it is the only copy and stays).
 2. From then on the manager never lists the root again: its record of
    committed steps is what it found plus what it committed. Every decision
    (save or skip, what to delete) is a function of that record and of
@@ -16,11 +20,15 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
 3. ``save`` starts a save of ``<root>/<step>`` and hands its future to the
    manager's worker thread. The worker waits for the commit, adds the step
    to the record, applies the retention policy, and (primary only) deletes
-   the dropped steps: rename to ``<name>.shardkeep-deleting``, then remove,
-   so a half-deleted checkpoint never looks committed. A step being loaded
-   is removed from the record at once but deleted only after the load.
+   the dropped steps through the core: rename to
+   ``<name>.shardkeep-deleting``, then remove, so a half-deleted checkpoint
+   never looks committed. A step being loaded is removed from the record
+   at once but deleted only after the load.
 4. Errors of the worker (failed saves, failed deletions) are logged when
    they happen and raised by the next ``save``, ``wait`` or ``close``.
+   The ``<step>.shardkeep-tmp`` of a failed save is removed (primary)
+   before the next save starts, so that what one failure left behind (a
+   full disk's partial files) does not make every later save fail too.
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ import math
 import os
 import queue
 import re
-import shutil
 import threading
 import time
 from typing import Any, Mapping
@@ -42,7 +49,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from . import distributed
+from . import _core, distributed
 from . import options as options_lib
 from . import retention
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
@@ -54,9 +61,8 @@ from .save import SaveFuture, save_checkpointables_async
 logger = logging.getLogger("shardkeep")
 
 _STEP_NAME = re.compile(r"[0-9]+")
-_GARBAGE_SUFFIXES = (".shardkeep-tmp", ".shardkeep-deleting")
+_TMP_SUFFIX = ".shardkeep-tmp"
 _OLD_SUFFIX = ".shardkeep-old"
-_DELETING_SUFFIX = ".shardkeep-deleting"
 # Slack on top of Options.timeout_s, which already bounds every wait of a save.
 _WAIT_SLACK_S = 60.0
 # Numbers the managers of a process; every process creates its managers in
@@ -107,10 +113,10 @@ class CheckpointManager:
     ``best_metric`` in ``best_mode``) runs after each commit; see
     ``shardkeep.retention`` and docs/MANAGER.md.
 
-    The root must be a local or mounted file-system path (or ``file://``),
-    shared by all processes of the job. Methods are meant to be called from
-    one thread, the training loop; the manager owns one worker thread, which
-    ``close`` joins.
+    The root is a file-system path (or ``file://``) or any URL the core
+    resolves (``memory://`` in tests), shared by all processes of the job.
+    Methods are meant to be called from one thread, the training loop; the
+    manager owns one worker thread, which ``close`` joins.
     """
 
     def __init__(self, root, *, keep_last: int | None = None,
@@ -118,7 +124,7 @@ class CheckpointManager:
                  best_metric: str | None = None, best_mode: str = "min",
                  save_interval_steps: int = 1, async_save: bool = True,
                  options: options_lib.Options | None = None, step_width: int = 9):
-        self._root = _local_root(root)
+        self._root = _root_url(root)
         _check_positive_int("save_interval_steps", save_interval_steps)
         _check_positive_int("step_width", step_width)
         self._policy = retention.RetentionPolicy(keep_last, keep_every_steps, keep_best,
@@ -136,12 +142,12 @@ class CheckpointManager:
         self._in_use: collections.Counter = collections.Counter()
         self._deferred: dict[int, str] = {}     # dropped while in use: step -> name
         self._errors: list[BaseException] = []
+        self._leftovers: list[str] = []         # temporary folders of failed saves
 
         self._pending: _Commit | None = None
         self._jobs: queue.Queue = queue.Queue()
         self._closed = False
 
-        os.makedirs(self._root, exist_ok=True)
         self._discover()
         self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
                                         daemon=True)
@@ -182,7 +188,7 @@ class CheckpointManager:
         """Where step ``step`` is (or would be) saved."""
         with self._lock:
             name = self._names.get(step, f"{step:0{self._width}d}")
-        return os.path.join(self._root, name)
+        return _join(self._root, name)
 
     def reached_preemption(self, step: int) -> bool:
         """True once a preemption notice has arrived and ``step`` is the agreed step or later.
@@ -214,13 +220,18 @@ class CheckpointManager:
             return False
         metrics = _plain_metrics(metrics)
         self._wait_pending()
+        self._remove_leftovers()
         items = (dict(tree_or_checkpointables) if _names_checkpointables(tree_or_checkpointables)
                  else {"state": tree_or_checkpointables})
         name = f"{step:0{self._width}d}"
         started = time.monotonic()
-        future = save_checkpointables_async(
-            os.path.join(self._root, name), items, metrics=metrics, step=step,
-            options=self._options)
+        try:
+            future = save_checkpointables_async(
+                _join(self._root, name), items, metrics=metrics, step=step,
+                options=self._options)
+        except Exception:
+            self._note_leftover(name)
+            raise
         logger.info("step %d: save started, blocking phase %.3f s", step,
                     time.monotonic() - started)
         self._pending = _Commit(step, name, future, metrics, started)
@@ -250,7 +261,7 @@ class CheckpointManager:
             elif step not in self._steps:
                 raise NotFoundError(self._not_committed(step))
             self._in_use[step] += 1
-            path = os.path.join(self._root, self._names[step])
+            path = _join(self._root, self._names[step])
         options = options if options is not None else self._options
         try:
             if target is None or _names_checkpointables(target):
@@ -263,13 +274,19 @@ class CheckpointManager:
     # -- waiting and closing ---------------------------------------------
 
     def wait(self) -> None:
-        """Waits for the save in flight and for pending deletions; raises their errors."""
-        self._wait_pending()
-        drain = _Drain()
-        self._jobs.put(drain)
-        if not drain.reached.wait(self._options.timeout_s + _WAIT_SLACK_S):
-            raise TimeoutError(f"checkpoint deletions under {self._root!r} did not finish"
-                               f" within {self._options.timeout_s + _WAIT_SLACK_S:.0f} s")
+        """Waits for the save in flight and for pending deletions; raises their errors.
+
+        The temporary folders of failed saves are removed before it returns.
+        """
+        try:
+            self._wait_pending()
+            drain = _Drain()
+            self._jobs.put(drain)
+            if not drain.reached.wait(self._options.timeout_s + _WAIT_SLACK_S):
+                raise TimeoutError(f"checkpoint deletions under {self._root!r} did not finish"
+                                   f" within {self._options.timeout_s + _WAIT_SLACK_S:.0f} s")
+        finally:
+            self._remove_leftovers()
         self._raise_errors()
 
     def close(self) -> None:
@@ -327,36 +344,68 @@ class CheckpointManager:
     def _list_root(self) -> dict[str, dict]:
         """{directory name: metrics} of the committed steps; the primary collects garbage."""
         found: dict[str, dict] = {}
-        entries = sorted(os.listdir(self._root))
-        for name in entries:
-            path = os.path.join(self._root, name)
-            if not _STEP_NAME.fullmatch(name) or not os.path.isdir(path):
+        entries = _core.list_checkpoints(self._root)
+        for name, state, _, commit_json, problem in entries:
+            if not _STEP_NAME.fullmatch(name):
                 continue
-            record = _commit_record(path)
-            if record is None:
+            if state == "rejected":
+                logger.warning("%s is ignored: %s", _join(self._root, name), problem)
+                continue
+            if state != "committed":
                 continue
             twin = next((n for n in found if int(n) == int(name)), None)
             if twin is not None:
                 logger.warning("step %d is in both %s and %s; using %s", int(name), twin, name,
                                twin)
                 continue
-            found[name] = record.get("metrics") or {}
+            found[name] = json.loads(commit_json).get("metrics") or {}
         if self._primary:
             self._collect_garbage(entries, set(found))
         return found
 
-    def _collect_garbage(self, entries: list[str], committed: set[str]) -> None:
-        for name in entries:
-            path = os.path.join(self._root, name)
-            if name.endswith(_GARBAGE_SUFFIXES):
+    def _collect_garbage(self, entries: list[tuple], committed: set[str]) -> None:
+        for name, state, *_ in entries:
+            path = _join(self._root, name)
+            if state in ("temporary", "being-deleted"):
                 logger.info("removing stale %s", path)
-                shutil.rmtree(path, ignore_errors=True)
-            elif name.endswith(_OLD_SUFFIX):
+                self._remove_quietly(path)
+            elif state == "replaced":
                 if name[:-len(_OLD_SUFFIX)] in committed:
                     logger.info("removing %s: its replacement is committed", path)
-                    shutil.rmtree(path, ignore_errors=True)
+                    self._remove_quietly(path)
                 else:
                     logger.warning("%s is kept: it may be the only copy of that step", path)
+
+    @staticmethod
+    def _remove_quietly(path: str) -> bool:
+        """Removes a leftover folder; a failure is logged, and retried by a later manager."""
+        try:
+            _core.remove_leftover(path)
+        except ShardkeepError as e:
+            logger.warning("could not remove %s: %s", path, e)
+            return False
+        return True
+
+    def _note_leftover(self, name: str) -> None:
+        with self._lock:
+            self._leftovers.append(_join(self._root, name + _TMP_SUFFIX))
+
+    def _remove_leftovers(self) -> None:
+        """Removes the temporary folders of failed saves (primary): before a save, in ``wait``.
+
+        A failed save may leave its partial ``<step>.shardkeep-tmp`` behind
+        (the disk filled up, say); every step goes to a new path, so without
+        this they would pile up and keep the disk full. One that cannot be
+        removed now is tried again before the following save.
+        """
+        with self._lock:
+            leftovers, self._leftovers = self._leftovers, []
+        if not self._primary:
+            return
+        kept = [path for path in leftovers if not self._remove_quietly(path)]
+        if kept:
+            with self._lock:
+                self._leftovers[:0] = kept
 
     def _work(self) -> None:
         while True:
@@ -375,6 +424,7 @@ class CheckpointManager:
             job.future.result()
         except Exception as e:  # noqa: BLE001 - recorded, raised on the next call
             self._record_error(f"saving step {job.step} to {job.future.path!r} failed", e)
+            self._note_leftover(job.name)
             job.observed.set()
             return
         logger.info("step %d committed, %.2f s after its save started", job.step,
@@ -398,12 +448,10 @@ class CheckpointManager:
     def _delete(self, job: _Delete) -> None:
         if not self._primary:
             return
-        path = os.path.join(self._root, job.name)
-        doomed = path + _DELETING_SUFFIX
+        path = _join(self._root, job.name)
         try:
-            os.rename(path, doomed)
-            shutil.rmtree(doomed)
-        except OSError as e:
+            _core.delete_checkpoint(path)
+        except ShardkeepError as e:
             self._record_error(f"deleting step {job.step} at {path!r} failed", e)
             return
         logger.info("deleted step %d (%s)", job.step, path)
@@ -468,27 +516,18 @@ def _names_checkpointables(value: Any) -> bool:
     return type(value) is dict
 
 
-def _local_root(root) -> str:
+def _root_url(root) -> str:
+    """``root`` as the core resolves it: an absolute path, or a URL of another backend."""
     root = os.fspath(root)
     if root.startswith("file://"):
         root = root[len("file://"):]
     elif re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", root):
-        raise InvalidArgumentError(
-            f"CheckpointManager root {root!r}: only file-system paths are supported")
+        return root.rstrip("/")  # the core refuses schemes it does not know when listing
     return os.path.abspath(root)
 
 
-def _commit_record(path: str) -> dict | None:
-    """The parsed ``_SHARDKEEP`` of ``path``, or None when it is not committed."""
-    try:
-        with open(os.path.join(path, "_SHARDKEEP"), encoding="utf-8") as f:
-            record = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        logger.warning("%s is ignored: its _SHARDKEEP does not parse (%s)", path, e)
-        return None
-    return record if isinstance(record, dict) else None
+def _join(root: str, name: str) -> str:
+    return f"{root}/{name}" if not root.endswith("/") else root + name
 
 
 def _plain_metrics(metrics: Mapping | None) -> dict:

@@ -15,6 +15,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
+from shardkeep import _core
 from shardkeep import manager as manager_lib
 
 from conftest import assert_same_bits, make_mesh
@@ -30,6 +31,18 @@ def state(step):
 
 def on_disk(root):
     return sorted(os.listdir(root))
+
+
+def entries(root):
+    """{name: state} under ``root`` (any backend), as the core classifies them."""
+    return {name: state for name, state, *_ in _core.list_checkpoints(str(root))}
+
+
+@pytest.fixture
+def storage_faults():
+    """Arms storage faults in this process (see storage/process_faults.h); disarms after."""
+    yield _core.testing.arm_storage_faults
+    _core.testing.disarm_storage_faults()
 
 
 def test_interval_and_force_decide_what_is_saved(tmp_path):
@@ -267,17 +280,83 @@ def test_a_real_failed_save_surfaces(tmp_path):
     assert mgr.all_steps() == [1]
 
 
-def test_a_failed_deletion_surfaces(tmp_path, monkeypatch):
+def test_a_failed_deletion_surfaces(tmp_path, storage_faults):
     mgr = sk.CheckpointManager(tmp_path, keep_last=1)
-
-    def refuse(path, *args, **kwargs):
-        raise PermissionError(13, "Permission denied", path)
-
-    monkeypatch.setattr(manager_lib.os, "rename", refuse)
+    # The deletion's rename of 000000001 to 000000001.shardkeep-deleting fails.
+    storage_faults([("Rename", "/000000001$", 1, -1, "fail", 0)])
     mgr.save(1, state(1))
     mgr.save(2, state(2))
-    with pytest.raises(PermissionError, match="deleting step 1"):
+    with pytest.raises(sk.StorageError, match="deleting step 1 .*injected failure of Rename"):
         mgr.close()
+    assert on_disk(tmp_path) == ["000000001", "000000002"]
+
+
+def test_records_the_core_rejects_are_not_committed(tmp_path, caplog):
+    with sk.CheckpointManager(tmp_path, step_width=2) as mgr:
+        for step in (1, 2, 3, 4):
+            mgr.save(step, state(step))
+    def edit(name, change):
+        record_file = tmp_path / name / "_SHARDKEEP"
+        record = json.loads(record_file.read_text())
+        change(record)
+        record_file.write_text(json.dumps(record))
+    edit("02", lambda r: r.update(version=2))               # a newer shardkeep's
+    edit("03", lambda r: r.pop("process_count"))            # valid JSON, not a record
+    edit("04", lambda r: r.update(format="orbax"))          # someone else's
+    with caplog.at_level(logging.WARNING, logger="shardkeep"):
+        with sk.CheckpointManager(tmp_path, step_width=2, keep_last=1) as mgr:
+            assert mgr.all_steps() == [1]
+            assert mgr.latest_step() == 1
+            with pytest.raises(sk.NotFoundError):
+                mgr.load(2)
+            mgr.save(5, state(5))
+            mgr.wait()
+            assert mgr.all_steps() == [5]
+    assert "02 is ignored" in caplog.text and "newer shardkeep" in caplog.text
+    assert "03 is ignored" in caplog.text and "process_count" in caplog.text
+    # Not the manager's to delete: they are not its checkpoints, nor garbage.
+    assert on_disk(tmp_path) == ["02", "03", "04", "05"]
+
+
+@pytest.mark.parametrize("backend", ["file", "memory"])
+def test_a_failed_save_leaves_nothing_behind(tmp_path, storage_faults, backend):
+    root = str(tmp_path) if backend == "file" else f"memory://{tmp_path.name}/run"
+    with sk.CheckpointManager(root, keep_last=1) as mgr:
+        mgr.save(1, state(1))
+        mgr.wait()
+        # Step 2's save fails at its first data write, and any removal of its
+        # temporary folder after the failure fails too (as on a full or
+        # failing disk), so only the manager can clean up.
+        storage_faults([("Append", "", 1, 1, "fail", 0),
+                        ("DeleteRecursive", r"000000002\.shardkeep-tmp$", 2, -1, "fail", 0)])
+        mgr.save(2, state(2))
+        with pytest.raises(sk.StorageError, match="saving step 2 .*injected failure of Append"):
+            mgr.wait()
+        assert "000000002.shardkeep-tmp" in entries(root)   # could not be removed yet
+        _core.testing.disarm_storage_faults()
+        mgr.wait()                                           # now it can
+        assert entries(root) == {"000000001": "committed"}
+        assert mgr.save(3, state(3))
+        mgr.wait()
+        assert mgr.all_steps() == [3]
+        assert_same_bits(mgr.load(3)["params"]["w"], np.asarray(state(3)["params"]["w"]))
+    assert entries(root) == {"000000003": "committed"}
+
+
+def test_the_next_save_removes_the_leftover_of_a_failed_start(tmp_path, storage_faults):
+    with sk.CheckpointManager(tmp_path) as mgr:
+        # The blocking phase fails after creating the temporary folder, and
+        # the save's own removal of it (its second DeleteRecursive there, after
+        # the removal of a stale one) fails too.
+        storage_faults([("CreateDir", r"000000001\.shardkeep-tmp/opt_state", 1, 1, "fail", 0),
+                        ("DeleteRecursive", r"000000001\.shardkeep-tmp$", 2, 1, "fail", 0)])
+        with pytest.raises(sk.StorageError, match="injected failure of CreateDir"):
+            mgr.save(1, state(1))
+        _core.testing.disarm_storage_faults()
+        assert "000000001.shardkeep-tmp" in on_disk(tmp_path)
+        mgr.save(2, state(2))
+        mgr.wait()
+    assert on_disk(tmp_path) == ["000000002"]
 
 
 def test_close_is_idempotent_and_the_context_keeps_the_first_error(tmp_path, monkeypatch):
@@ -297,12 +376,31 @@ def test_invalid_arguments(tmp_path, kwargs):
         sk.CheckpointManager(tmp_path, **kwargs)
 
 
-def test_roots_must_be_file_system_paths(tmp_path):
-    with pytest.raises(sk.InvalidArgumentError, match="file-system"):
-        sk.CheckpointManager("memory://ckpts")
+def test_file_urls_and_unknown_schemes(tmp_path):
     with sk.CheckpointManager(f"file://{tmp_path}/run") as mgr:
         mgr.save(1, state(1), force=True)
     assert json.loads((tmp_path / "run" / "000000001" / "_SHARDKEEP").read_text())["step"] == 1
+    with pytest.raises(sk.InvalidArgumentError, match="unknown scheme"):
+        sk.CheckpointManager("nosuch://ckpts")
+
+
+def test_memory_roots_work_like_file_roots(tmp_path):
+    root = f"memory://{tmp_path.name}/run"
+    with sk.CheckpointManager(root, keep_last=2, step_width=2) as mgr:
+        for step in range(1, 5):
+            mgr.save(step, state(step), metrics={"loss": 1.0 / step})
+        mgr.wait()
+        assert mgr.all_steps() == [3, 4]
+        assert mgr.step_path(4) == f"{root}/04"
+    assert entries(root) == {"03": "committed", "04": "committed"}
+    # Leftovers of crashed saves and deletions are collected at start.
+    sk.save(f"{root}/05.shardkeep-tmp", state(5)["params"])
+    sk.save(f"{root}/03.shardkeep-deleting", state(3)["params"])
+    with sk.CheckpointManager(root, keep_last=2, step_width=2) as mgr:
+        assert mgr.all_steps() == [3, 4]
+        assert mgr.metrics(4) == {"loss": 0.25}
+        assert_same_bits(mgr.load(3)["params"]["w"], np.asarray(state(3)["params"]["w"]))
+    assert entries(root) == {"03": "committed", "04": "committed"}
 
 
 def test_two_processes_make_the_same_decisions(tmp_path):

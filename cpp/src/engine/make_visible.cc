@@ -1,5 +1,7 @@
 #include "engine/make_visible.h"
 
+#include "format/commit_record.h"
+
 namespace shardkeep::internal {
 namespace {
 
@@ -42,7 +44,7 @@ Status SettleExchange(Storage& storage, const std::string& tmp,
                       const std::string& path) {
   const Status synced = storage.SyncDir(ParentDir(path));
   if (synced.ok()) {
-    (void)storage.DeleteRecursive(tmp);
+    (void)DiscardFolder(storage, tmp);
     return Status::Ok();
   }
   Result<bool> swapped_back = storage.Exchange(tmp, path);
@@ -60,13 +62,13 @@ Status SettleExchange(Storage& storage, const std::string& tmp,
 Status ReplaceByTwoRenames(Storage& storage, const std::string& tmp,
                            const std::string& path) {
   const std::string old = path + kOldSuffix;
-  SK_RETURN_IF_ERROR(storage.DeleteRecursive(old));
+  SK_RETURN_IF_ERROR(DiscardFolder(storage, old));
   SK_RETURN_IF_ERROR(storage.Rename(path, old));
   const Status renamed = storage.Rename(tmp, path);
   const Status synced =
       renamed.ok() ? storage.SyncDir(ParentDir(path)) : renamed;
   if (synced.ok()) {
-    (void)storage.DeleteRecursive(old);
+    (void)DiscardFolder(storage, old);
     return Status::Ok();
   }
   if (renamed.ok()) {
@@ -89,6 +91,12 @@ Status ReplaceByTwoRenames(Storage& storage, const std::string& tmp,
 }
 
 }  // namespace
+
+Status DiscardFolder(Storage& storage, const std::string& dir) {
+  const Status unrecorded = storage.DeleteFile(dir + "/" + format::kCommitFileName);
+  if (!unrecorded.ok() && unrecorded.code() != StatusCode::kNotFound) return unrecorded;
+  return storage.DeleteRecursive(dir);
+}
 
 Status MakeVisible(Storage& storage, const std::string& tmp,
                    const std::string& path) {

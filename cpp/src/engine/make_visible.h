@@ -29,4 +29,10 @@ inline constexpr char kOldSuffix[] = ".shardkeep-old";
 Status MakeVisible(Storage& storage, const std::string& tmp,
                    const std::string& path);
 
+// Deletes a folder that may hold a whole checkpoint (a previous one moved
+// aside, a stale temporary folder), commit record first: a crash halfway
+// through then leaves a folder with no `_SHARDKEEP`, never one whose record
+// still decodes while its data files are partly gone.
+Status DiscardFolder(Storage& storage, const std::string& dir);
+
 }  // namespace shardkeep::internal

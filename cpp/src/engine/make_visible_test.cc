@@ -156,7 +156,7 @@ TEST_P(ForcedReplaceTest, FailureAtAnyCallLeavesTheOldOrTheNewCheckpoint) {
       // A failed save leaves nothing of its own behind (unless removing it
       // was the call that failed).
       SK_ASSERT_OK_AND_ASSIGN(bool tmp_left, fixture.inner->Exists(kTmp));
-      if (tmp_left) EXPECT_EQ(failed_op, "DeleteRecursive");
+      if (tmp_left) EXPECT_TRUE(failed_op == "DeleteRecursive" || failed_op == "DeleteFile");
     }
   }
 }
@@ -217,6 +217,27 @@ TEST(ForcedReplaceFileTest, ReplacesByExchangeWhereTheFileSystemCan) {
   EXPECT_EQ(storage->Count("Exchange"), 1);
   EXPECT_TRUE(renames == 1 || renames == 3) << renames;
   SK_EXPECT_OK(storage->DeleteRecursive(root));
+}
+
+// A folder being discarded may hold a whole checkpoint (the previous one
+// after a replacement, a stale temporary folder). Its record goes first, so
+// a deletion cut short (a crash inside DeleteRecursive, simulated here by
+// its failure) never leaves a record that decodes over missing data files.
+TEST(DiscardFolderTest, TheCommitRecordGoesFirst) {
+  Fixture fixture(true);
+  fixture.storage->FailOn([](std::string_view op, const std::string&) {
+    return op == "DeleteRecursive" ? StorageError("crashed while deleting") : Status::Ok();
+  });
+  EXPECT_FALSE(internal::DiscardFolder(*fixture.storage, kPath).ok());
+  SK_ASSERT_OK_AND_ASSIGN(bool recorded,
+                          fixture.inner->Exists(std::string(kPath) + "/_SHARDKEEP"));
+  EXPECT_FALSE(recorded);
+  EXPECT_EQ(CheckpointReader::Open(fixture.inner, kPath).status().code(),
+            StatusCode::kNotFound);
+  fixture.storage->FailOn(nullptr);
+  SK_EXPECT_OK(internal::DiscardFolder(*fixture.storage, kPath));
+  SK_ASSERT_OK_AND_ASSIGN(bool left, fixture.inner->Exists(kPath));
+  EXPECT_FALSE(left);
 }
 
 }  // namespace

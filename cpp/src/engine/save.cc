@@ -409,7 +409,7 @@ class SaveOperation {
         }
       }
     }
-    SK_RETURN_IF_ERROR(storage_->DeleteRecursive(tmp_));
+    SK_RETURN_IF_ERROR(internal::DiscardFolder(*storage_, tmp_));
     for (const CheckpointablePayload& part : request_.parts) {
       SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/data"));
       SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/index"));
@@ -420,7 +420,7 @@ class SaveOperation {
   // Once every process knows the save failed, its files are garbage. Best
   // effort: the next save to this path removes what is left.
   void RemoveTemporaryDir() {
-    if (coordinator_->is_primary()) (void)storage_->DeleteRecursive(tmp_);
+    if (coordinator_->is_primary()) (void)internal::DiscardFolder(*storage_, tmp_);
   }
 
   // A full disk is named as such, with what this process meant to write.

@@ -1,0 +1,127 @@
+#include "shardkeep/checkpoint_root.h"
+
+#include <string_view>
+
+#include "engine/make_visible.h"
+#include "format/commit_record.h"
+
+namespace shardkeep {
+namespace {
+
+std::string Join(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+std::string ParentOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// The state a name's suffix alone decides, if any.
+std::optional<EntryState> StateOfSuffix(std::string_view name) {
+  if (name.ends_with(kTemporarySuffix)) return EntryState::kTemporary;
+  if (name.ends_with(kReplacedSuffix)) return EntryState::kReplaced;
+  if (name.ends_with(kDeletingSuffix)) return EntryState::kBeingDeleted;
+  return std::nullopt;
+}
+
+// Reads and decodes <path>/_SHARDKEEP; fills `entry` as committed, rejected
+// or other. Only an I/O error is returned.
+Status Classify(Storage& storage, const std::string& path, RootEntry& entry) {
+  const std::string file = Join(path, format::kCommitFileName);
+  // Exists() first: on a file system, a plain file at `path` makes the read
+  // fail with "not a directory", which is no commit record either.
+  SK_ASSIGN_OR_RETURN(const bool exists, storage.Exists(file));
+  if (!exists) return Status::Ok();
+  Result<std::string> bytes = storage.ReadAll(file);
+  // Gone since Exists(): deleted (or renamed away) meanwhile.
+  if (bytes.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(bytes.status());
+  Result<format::CommitRecord> record = format::DecodeCommitRecord(*bytes, file);
+  if (!record.ok()) {
+    entry.state = EntryState::kRejected;
+    entry.problem = record.status();
+    return Status::Ok();
+  }
+  entry.state = EntryState::kCommitted;
+  entry.step = record->step;
+  entry.commit_json = std::move(bytes).value();
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* EntryStateName(EntryState state) {
+  switch (state) {
+    case EntryState::kCommitted: return "committed";
+    case EntryState::kRejected: return "rejected";
+    case EntryState::kTemporary: return "temporary";
+    case EntryState::kReplaced: return "replaced";
+    case EntryState::kBeingDeleted: return "being-deleted";
+    case EntryState::kOther: return "other";
+  }
+  return "other";
+}
+
+Result<std::vector<RootEntry>> ListCheckpoints(Storage& storage,
+                                               const std::string& root) {
+  Result<std::vector<std::string>> names = storage.List(root);
+  if (names.status().code() == StatusCode::kNotFound) {
+    return std::vector<RootEntry>();
+  }
+  SK_RETURN_IF_ERROR(names.status().WithContext("listing checkpoints under " + root));
+  std::vector<RootEntry> entries;
+  entries.reserve(names->size());
+  for (std::string& name : *names) {
+    RootEntry entry;
+    entry.name = std::move(name);
+    if (std::optional<EntryState> state = StateOfSuffix(entry.name)) {
+      entry.state = *state;
+    } else {
+      SK_RETURN_IF_ERROR(Classify(storage, Join(root, entry.name), entry)
+                             .WithContext("listing checkpoints under " + root));
+    }
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+Result<std::string> ReadCommitRecord(Storage& storage, const std::string& path) {
+  const std::string file = Join(path, format::kCommitFileName);
+  Result<std::string> bytes = storage.ReadAll(file);
+  if (bytes.status().code() == StatusCode::kNotFound) {
+    return NotFoundError("no committed checkpoint at " + path + ": " + file +
+                         " does not exist");
+  }
+  SK_RETURN_IF_ERROR(bytes.status());
+  SK_RETURN_IF_ERROR(format::DecodeCommitRecord(*bytes, file).status());
+  return bytes;
+}
+
+Status DeleteCheckpoint(Storage& storage, const std::string& path) {
+  const std::string doomed = path + kDeletingSuffix;
+  const std::string context = "deleting checkpoint " + path;
+  SK_ASSIGN_OR_RETURN(const bool exists, storage.Exists(path));
+  if (!exists) return NotFoundError(context + ": nothing is there");
+  // A deletion of the same name cut short earlier would block the rename.
+  SK_RETURN_IF_ERROR(storage.DeleteRecursive(doomed).WithContext(context));
+  SK_RETURN_IF_ERROR(storage.Rename(path, doomed).WithContext(context));
+  // Durable before anything is removed: otherwise a power loss could bring
+  // the name back over a half-deleted folder.
+  SK_RETURN_IF_ERROR(storage.SyncDir(ParentOf(path)).WithContext(context));
+  return storage.DeleteRecursive(doomed).WithContext(context);
+}
+
+Status RemoveLeftover(Storage& storage, const std::string& path) {
+  if (!StateOfSuffix(path)) {
+    return InvalidArgumentError("removing leftover " + path + ": not a " +
+                                kTemporarySuffix + ", " + kReplacedSuffix +
+                                " or " + kDeletingSuffix + " folder");
+  }
+  return internal::DiscardFolder(storage, path).WithContext("removing leftover " + path);
+}
+
+}  // namespace shardkeep

@@ -1,0 +1,150 @@
+#include "shardkeep/checkpoint_root.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "format/commit_record.h"
+#include "storage/fault_injection.h"
+#include "testing/status_matchers.h"
+#include "testing/storage_conformance.h"
+
+namespace shardkeep {
+namespace {
+
+std::string Record(int64_t step, int version = format::kFormatVersion) {
+  format::CommitRecord record;
+  record.step = step;
+  record.version = version;
+  record.metrics = {{"loss", 0.5}};
+  return format::EncodeCommitRecord(record);
+}
+
+// Runs every test on the memory and the file backend: the manager must
+// behave alike on both.
+class CheckpointRootTest : public ::testing::TestWithParam<StorageTestBackend> {
+ protected:
+  void SetUp() override {
+    StorageLocation location = GetParam().make();
+    storage_ = location.storage;
+    base_ = location.path;
+    root_ = base_ + "/run";
+  }
+  void TearDown() override { SK_EXPECT_OK(storage_->DeleteRecursive(base_)); }
+  void Commit(const std::string& name, const std::string& record) {
+    SK_ASSERT_OK(storage_->CreateDir(root_ + "/" + name + "/state/data"));
+    SK_ASSERT_OK(storage_->WriteAll(root_ + "/" + name + "/state/data/p0-0.bin",
+                                    "bytes", false));
+    SK_ASSERT_OK(storage_->WriteAll(root_ + "/" + name + "/_SHARDKEEP", record,
+                                    false));
+  }
+  bool Exists(const std::string& name) {
+    Result<bool> exists = storage_->Exists(root_ + "/" + name);
+    EXPECT_TRUE(exists.ok()) << exists.status().ToString();
+    return exists.ok() && *exists;
+  }
+
+  std::shared_ptr<Storage> storage_;
+  std::string base_;
+  std::string root_;
+};
+
+TEST_P(CheckpointRootTest, ClassifiesEveryEntry) {
+  Commit("0001", Record(1));
+  Commit("0002", Record(2, format::kFormatVersion + 1));  // from a newer shardkeep
+  Commit("0003", "{\"format\": \"shardkeep\", \"vers");    // cut short
+  Commit("0004.shardkeep-tmp", Record(4));  // complete, but never renamed
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0005.shardkeep-deleting"));
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0001.shardkeep-old"));
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0006/state"));  // being copied in
+  SK_ASSERT_OK(storage_->WriteAll(root_ + "/notes", "a file", false));
+
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<RootEntry> entries,
+                          ListCheckpoints(*storage_, root_));
+  std::vector<std::string> seen;
+  for (const RootEntry& e : entries) {
+    seen.push_back(e.name + ":" + EntryStateName(e.state));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{
+                      "0001:committed", "0001.shardkeep-old:replaced",
+                      "0002:rejected", "0003:rejected",
+                      "0004.shardkeep-tmp:temporary",
+                      "0005.shardkeep-deleting:being-deleted", "0006:other",
+                      "notes:other"}));
+  EXPECT_EQ(entries[0].step, 1);
+  EXPECT_EQ(entries[0].commit_json, Record(1));
+  EXPECT_EQ(entries[2].problem.code(), StatusCode::kIncompatible);
+  EXPECT_NE(entries[2].problem.message().find("0002/_SHARDKEEP"), std::string::npos)
+      << entries[2].problem.message();
+  EXPECT_EQ(entries[3].problem.code(), StatusCode::kCorruption);
+}
+
+TEST_P(CheckpointRootTest, AMissingRootHoldsNothing) {
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<RootEntry> entries,
+                          ListCheckpoints(*storage_, root_ + "/nowhere"));
+  EXPECT_TRUE(entries.empty());
+}
+
+TEST_P(CheckpointRootTest, ReadCommitRecordRefusesWhatTheReaderRefuses) {
+  Commit("0001", Record(1));
+  Commit("0002", Record(2, format::kFormatVersion + 1));
+  SK_ASSERT_OK_AND_ASSIGN(std::string record,
+                          ReadCommitRecord(*storage_, root_ + "/0001"));
+  EXPECT_EQ(record, Record(1));
+  EXPECT_EQ(ReadCommitRecord(*storage_, root_ + "/0002").status().code(),
+            StatusCode::kIncompatible);
+  const Status missing = ReadCommitRecord(*storage_, root_ + "/0003").status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("0003"), std::string::npos);
+}
+
+TEST_P(CheckpointRootTest, DeleteRemovesTheCheckpointAndAnEarlierLeftover) {
+  Commit("0001", Record(1));
+  // An earlier deletion of the same name was cut short.
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0001.shardkeep-deleting"));
+  SK_ASSERT_OK(storage_->WriteAll(root_ + "/0001.shardkeep-deleting/x", "x", false));
+  SK_ASSERT_OK(DeleteCheckpoint(*storage_, root_ + "/0001"));
+  EXPECT_FALSE(Exists("0001"));
+  EXPECT_FALSE(Exists("0001.shardkeep-deleting"));
+  const Status again = DeleteCheckpoint(*storage_, root_ + "/0001");
+  EXPECT_EQ(again.code(), StatusCode::kNotFound);
+  EXPECT_NE(again.message().find("0001"), std::string::npos);
+}
+
+TEST_P(CheckpointRootTest, RemoveLeftoverOnlyRemovesLeftovers) {
+  Commit("0001", Record(1));
+  Commit("0002.shardkeep-tmp", Record(2));
+  SK_ASSERT_OK(RemoveLeftover(*storage_, root_ + "/0002.shardkeep-tmp"));
+  EXPECT_FALSE(Exists("0002.shardkeep-tmp"));
+  SK_ASSERT_OK(RemoveLeftover(*storage_, root_ + "/0003.shardkeep-old"));  // absent
+  const Status refused = RemoveLeftover(*storage_, root_ + "/0001");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Exists("0001"));
+}
+
+TEST_P(CheckpointRootTest, AnUnreadableRecordFailsTheListingNamingIt) {
+  Commit("0001", Record(1));
+  auto faulty = std::make_shared<FaultInjectionStorage>(storage_);
+  faulty->FailOn([](std::string_view op, const std::string& path) {
+    return op == "ReadAll" ? StorageError("read " + path + ": I/O error") : Status::Ok();
+  });
+  const Status status = ListCheckpoints(*faulty, root_).status();
+  EXPECT_EQ(status.code(), StatusCode::kStorage);
+  EXPECT_NE(status.message().find("listing checkpoints under " + root_), std::string::npos);
+  EXPECT_NE(status.message().find("0001/_SHARDKEEP: I/O error"), std::string::npos)
+      << status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, CheckpointRootTest,
+    ::testing::Values(
+        StorageTestBackend{"memory",
+                           [] { return StorageLocation{NewMemoryStorage(), "root"}; }},
+        StorageTestBackend{"file",
+                           [] { return StorageLocation{NewFileStorage(), MakeTempDir()}; }}),
+    StorageTestBackendName);
+
+}  // namespace
+}  // namespace shardkeep
