@@ -59,7 +59,10 @@ class FileMapper:
             file, offset, length, checksum = found
             if offset % host_memory.XLA_ALIGNMENT:
                 continue  # written before chunks were aligned: XLA would copy it
-            data = self._file(file)
+            try:
+                data = self._file(file)
+            except OSError:
+                continue  # missing or unreadable: the read path reports it, naming the file
             if offset + length > data.size:
                 continue  # a short file: the read path reports it
             slot.buffer = data[offset:offset + length].view(slot.dtype).reshape(slot.shape)

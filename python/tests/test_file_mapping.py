@@ -89,6 +89,17 @@ def test_flipped_byte_in_a_mapped_chunk_is_corruption_naming_leaf_and_file(ckpt)
     assert "layer/kernel" in message and os.path.basename(data_file) in message
 
 
+@pytest.mark.parametrize("options", [MAPPED, READ], ids=["mapped", "read"])
+def test_a_missing_data_file_is_a_shardkeep_error_naming_it(ckpt, options):
+    sk.save(ckpt, {"layer": {"kernel": np.arange(4096, dtype=np.float32)}},
+            options=sk.Options(io_threads=1))
+    (data_file,) = glob.glob(os.path.join(ckpt, "state", "data", "*.bin"))
+    os.remove(data_file)
+    with pytest.raises(sk.ShardkeepError) as info:
+        sk.load(ckpt, options=options)
+    assert os.path.basename(data_file) in str(info.value)
+
+
 def test_chunks_start_at_64_byte_offsets_so_odd_sizes_do_not_stop_mapping(ckpt):
     # A 4-byte scalar and a 3-byte array written first would shift every
     # later chunk of the file off alignment without padding.
