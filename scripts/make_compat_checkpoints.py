@@ -2,9 +2,10 @@
 
     .venv/bin/python scripts/make_compat_checkpoints.py
 
-Each is saved by a real 4-process JAX job (2 CPU devices per process) from
-python/tests/multiprocess/compat_checkpoint.py: "raw" without compression,
-"zstd" with it. Run it once per format version, when the version is bumped
+Each is saved by a real JAX job from
+python/tests/multiprocess/compat_checkpoint.py: "raw" (without compression)
+and "zstd" (with it) by 4 processes of 2 CPU devices each, "small" (a few
+leaves, compressed; also the fuzz seed that runs fastest) by one process. Run it once per format version, when the version is bumped
 (docs/FORMAT.md §6), into a new folder; never regenerate an old version's
 folder, since the point is that old checkpoints keep loading.
 """
@@ -22,12 +23,14 @@ FORMAT_VERSION = 1
 
 def main() -> None:
     out = ROOT / "cpp" / "testdata" / "compat" / f"v{FORMAT_VERSION}"
-    for name, compress in (("raw", False), ("zstd", True)):
+    jobs = (("raw", 4, 2, {"compress": False}), ("zstd", 4, 2, {"compress": True}),
+            ("small", 1, 1, {"compress": True, "small": True}))
+    for name, processes, devices, args in jobs:
         path = out / name
         shutil.rmtree(path, ignore_errors=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        harness.run_job(4, 2, "compat_checkpoint:save",
-                        {"path": str(path), "compress": compress})
+        harness.run_job(processes, devices, "compat_checkpoint:save",
+                        {"path": str(path), **args})
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         print(f"{path.relative_to(ROOT)}: {size} bytes")
 

@@ -34,7 +34,7 @@ def main() -> None:
     os.makedirs(out_dir, exist_ok=True)
     for folder, _, files in os.walk(root):
         if "_SHARDKEEP" in files:
-            name = os.path.relpath(folder, root).replace(os.sep, "_")
+            name = os.path.relpath(folder, root).replace(os.sep, "_").strip(".") or "checkpoint"
             with open(os.path.join(out_dir, name), "wb") as f:
                 f.write(pack(folder))
 

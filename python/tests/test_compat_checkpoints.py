@@ -22,10 +22,21 @@ import compat_checkpoint as compat  # noqa: E402
 
 COMPAT = pathlib.Path(__file__).resolve().parents[2] / "cpp" / "testdata" / "compat"
 CHECKPOINTS = sorted(p.parent for p in COMPAT.glob("v*/*/_SHARDKEEP"))
+FULL = [p for p in CHECKPOINTS if p.name != "small"]
 
 
 def test_every_version_and_codec_is_present():
-    assert {p.relative_to(COMPAT).as_posix() for p in CHECKPOINTS} >= {"v1/raw", "v1/zstd"}
+    assert {p.relative_to(COMPAT).as_posix() for p in CHECKPOINTS} >= {
+        "v1/raw", "v1/zstd", "v1/small"}
+
+
+def test_small_checkpoint_loads_bit_exactly():
+    path = COMPAT / "v1" / "small"
+    loaded = sk.load_checkpointables(str(path))
+    _assert_same_tree(loaded["state"], compat.expected_small_tree())
+    assert loaded["config"] == {"a": 1} and loaded["blob"] == b"xy"
+    codecs = {r["codec"] for r in read_index((path / "state/index/p0.idx").read_bytes())}
+    assert codecs == {0, 1}
 
 
 def _assert_same_tree(actual, expected, where="state"):
@@ -49,7 +60,7 @@ def _assert_same_tree(actual, expected, where="state"):
         assert type(actual) is type(expected) and actual == expected, where
 
 
-@pytest.mark.parametrize("path", CHECKPOINTS, ids=lambda p: p.relative_to(COMPAT).as_posix())
+@pytest.mark.parametrize("path", FULL, ids=lambda p: p.relative_to(COMPAT).as_posix())
 def test_compat_checkpoint_loads_bit_exactly(path):
     commit = json.loads((path / "_SHARDKEEP").read_text())
     assert commit["process_count"] == 4 and commit["step"] == 1200

@@ -63,19 +63,35 @@ def expected_tree() -> dict:
     }
 
 
+def expected_small_tree() -> dict:
+    """The "state" of the one-process checkpoint "small", which also seeds
+    the whole-checkpoint fuzz target (small inputs fuzz fast)."""
+    return {"w": np.tile(np.arange(8, dtype=np.float32), (4, 1)),
+            "k": (np.array([[1.5, -2.0], [0.5, 4.0]], ml_dtypes.bfloat16),
+                  np.arange(3, dtype=np.int8)),
+            "step": 3}
+
+
 EXPECTED_JSON = {"lr": 0.001, "layers": [64, 64], "name": "compat", "nested": {"a": None}}
 EXPECTED_BYTES = bytes(range(256)) + b"shardkeep"
 
 
-def save(path: str, compress: bool) -> dict:
+def save(path: str, compress: bool, small: bool = False) -> dict:
     """Saves the state (arrays sharded over every device of the job), a json
-    and a bytes checkpointable; small chunks, so shards span several."""
+    and a bytes checkpointable; small chunks, so shards span several.
+    ``small``: the small state instead, on one device, compressed."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     import shardkeep as sk
 
     jax.config.update("jax_enable_x64", True)  # keep the 64-bit dtypes
+    if small:
+        sk.save_checkpointables(
+            path, {"state": expected_small_tree(), "config": sk.JsonValue({"a": 1}),
+                   "blob": b"xy"},
+            options=sk.Options(compression="zstd", chunk_bytes=64), step=3)
+        return {"process": jax.process_index()}
     devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
     mesh = Mesh(devices.reshape(4, 2), ("a", "b"))
     state = expected_tree()
