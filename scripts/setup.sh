@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
-          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev)
+          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev
+          clang libclang-rt-14-dev)  # clang + libFuzzer: scripts/fuzz.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ tests (ctest) and the
-# Python tests (pytest, on 8 CPU devices).
+# Sets everything up, then runs every test: the C++ tests (ctest), the
+# Python tests (pytest, on 8 CPU devices), then the short forms of the
+# checking tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,3 +12,6 @@ ctest --test-dir build/cpp --output-on-failure -j 2
 
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   .venv/bin/python -m pytest python/tests -q
+
+# Short fuzzing: each libFuzzer target for 45 s.
+scripts/fuzz.sh --seconds 45
