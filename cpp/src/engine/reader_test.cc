@@ -156,5 +156,35 @@ TEST_F(ReaderChunksTest, InvalidTreeIsCorruptionNamingTheNode) {
   ExpectCorruption(ReadAll(), {meta_file, "tree node"});
 }
 
+// The format-compatibility checkpoints (cpp/testdata/compat, written by
+// four processes; python/tests/test_compat_checkpoints.py checks their
+// values): the raw and the zstd one hold the same leaves, which must read
+// back identically, every chunk verified.
+TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
+  auto storage = NewFileStorage();
+  const std::string root = std::string(SHARDKEEP_TESTDATA_DIR) + "/compat/v1/";
+  SK_ASSERT_OK_AND_ASSIGN(auto raw, CheckpointReader::Open(storage, root + "raw"));
+  SK_ASSERT_OK_AND_ASSIGN(auto zstd, CheckpointReader::Open(storage, root + "zstd"));
+  SK_ASSERT_OK_AND_ASSIGN(std::string text, raw->MetaJson("state"));
+  SK_ASSERT_OK_AND_ASSIGN(auto meta, format::DecodeCheckpointableMeta(text, "meta.json"));
+  int arrays = 0;
+  for (uint32_t leaf = 0; leaf < meta.leaves.size(); ++leaf) {
+    const format::LeafMeta& spec = meta.leaves[leaf];
+    if (spec.kind != format::LeafKind::kArray) continue;
+    SCOPED_TRACE(spec.path);
+    SK_ASSERT_OK_AND_ASSIGN(DType dtype, DTypeFromName(spec.dtype));
+    const Box box{std::vector<uint64_t>(spec.shape.size(), 0), spec.shape};
+    std::vector<uint8_t> a(*CheckedByteSize(spec.shape, DTypeSize(dtype)), 0xAA);
+    std::vector<uint8_t> b(a.size(), 0x55);
+    SK_ASSERT_OK(raw->Read("state", {{leaf, dtype, box, a.data()}}, Options()));
+    SK_ASSERT_OK(zstd->Read("state", {{leaf, dtype, box, b.data()}}, Options()));
+    EXPECT_EQ(a, b);
+    ++arrays;
+  }
+  EXPECT_GE(arrays, 26);  // one per dtype, and more
+  SK_ASSERT_OK_AND_ASSIGN(std::string blob, zstd->ReadValue("blob"));
+  EXPECT_EQ(blob.size(), 256u + 9u);
+}
+
 }  // namespace
 }  // namespace shardkeep
