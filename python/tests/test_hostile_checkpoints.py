@@ -37,15 +37,18 @@ def saved(ckpt):
 
 @pytest.mark.parametrize("edit, node", [
     # a/1 points at leaf 0 too: a/0's values would appear twice.
-    (lambda m: m["tree"]["children"][0]["children"][1].update(leaf=0),
-     "/tree/children/0/children/1"),
-    (lambda m: m["tree"]["children"][1].update(leaf=-1), "/tree/children/1"),
-    (lambda m: m["tree"]["children"][1].update(leaf=7), "/tree/children/1"),
+    pytest.param(lambda m: m["tree"]["children"][0]["children"][1].update(leaf=0),
+                 "/tree/children/0/children/1", id="repeated_leaf"),
+    pytest.param(lambda m: m["tree"]["children"][1].update(leaf=-1), "/tree/children/1",
+                 id="negative_leaf"),
+    pytest.param(lambda m: m["tree"]["children"][1].update(leaf=7), "/tree/children/1",
+                 id="leaf_out_of_range"),
     # A dict with a key but its child missing (zip would drop "b" silently).
-    (lambda m: m["tree"]["children"].pop(), "/tree"),
-    (lambda m: m["tree"]["keys"].append("c"), "/tree"),
-    (lambda m: m["tree"]["children"][0].pop("children"), "/tree/children/0"),
-    (lambda m: m["tree"].update(type="frozenset"), "/tree"),
+    pytest.param(lambda m: m["tree"]["children"].pop(), "/tree", id="missing_child"),
+    pytest.param(lambda m: m["tree"]["keys"].append("c"), "/tree", id="extra_key"),
+    pytest.param(lambda m: m["tree"]["children"][0].pop("children"), "/tree/children/0",
+                 id="no_children"),
+    pytest.param(lambda m: m["tree"].update(type="frozenset"), "/tree", id="unknown_type"),
 ])
 def test_invalid_tree_is_corruption_naming_the_node(saved, edit, node):
     _edit_meta(saved, edit)
