@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
-          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev)
-packages+=(clang libclang-rt-14-dev)  # scripts/sanitize.sh
+          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev
+          clang libclang-rt-14-dev)  # sanitizers and libFuzzer
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

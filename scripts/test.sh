@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ tests (ctest), the
 # commit protocol at simulated scale, the C++ tests under sanitizers, the
-# Python tests (pytest, on 8 CPU devices) and 50 crash-torture trials.
+# Python tests (pytest, on 8 CPU devices), 50 crash-torture trials and a
+# short fuzzing run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -16,3 +17,6 @@ XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   .venv/bin/python -m pytest python/tests -q
 
 scripts/torture.sh 50
+
+# Short fuzzing: each libFuzzer target for 45 s.
+scripts/fuzz.sh --seconds 45

@@ -107,9 +107,15 @@ auto WithoutGil(Work&& work) {
 
 DType DTypeOrRaise(const std::string& name) { return ValueOrRaise(DTypeFromName(name)); }
 
-// Checks that a byte buffer holds exactly the box in `dtype`.
+// Checks that a byte buffer holds exactly the box in `dtype`; a box whose
+// size overflows 64 bits (it would wrap to a small number) fits no buffer.
 void CheckBufferSize(size_t bytes, const Box& box, DType dtype, const char* what) {
-  const uint64_t expected = box.NumElements() * DTypeSize(dtype);
+  const std::optional<uint64_t> size = CheckedByteSize(box.shape, DTypeSize(dtype));
+  if (!size) {
+    Raise(InvalidArgumentError(std::string(what) + " of box " + box.ToString() +
+                               ": its size in bytes overflows 64 bits"));
+  }
+  const uint64_t expected = *size;
   if (bytes != expected) {
     Raise(InvalidArgumentError(std::string(what) + " of box " + box.ToString() +
                                " holds " + std::to_string(bytes) +

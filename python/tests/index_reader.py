@@ -1,4 +1,4 @@
-"""An index-file decoder written from docs/FORMAT.md section 2 alone.
+"""An index-file decoder and encoder written from docs/FORMAT.md section 2 alone.
 
 Shares no code with shardkeep: it decodes with `struct` and checks the
 trailer with the `xxhash` package, so a bug that the C++ encoder and
@@ -38,3 +38,13 @@ def read_index(data: bytes) -> list[dict]:
                             origin=list(dims[:rank]), shape=list(dims[rank:])))
     assert pos == len(data) - TRAILER.size, "bytes between records and trailer"
     return records
+
+
+def write_index(records: list[dict]) -> bytes:
+    """Encodes records as returned by ``read_index``, trailer included."""
+    out = bytearray(HEADER.pack(MAGIC, len(records)))
+    for r in records:
+        out += RECORD.pack(r["leaf"], len(r["shape"]), r["data_file"], r["codec"],
+                           r["offset"], r["stored_length"], r["raw_length"], r["checksum"])
+        out += struct.pack(f"<{2 * len(r['shape'])}Q", *r["origin"], *r["shape"])
+    return bytes(out + TRAILER.pack(xxhash.xxh3_64_intdigest(bytes(out))))

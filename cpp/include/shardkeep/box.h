@@ -24,7 +24,14 @@ struct Box {
 
 // The common part of two boxes of equal rank, or nullopt when it is empty.
 std::optional<Box> Intersect(const Box& a, const Box& b);
-// True when `inner` lies entirely inside `outer`.
+// True when `inner` lies entirely inside `outer`. Safe for boxes whose
+// origin + shape overflows: such a box is never contained.
 bool Contains(const Box& outer, const Box& inner);
+
+// The bytes that elements of `itemsize` bytes fill over `shape` (0 when an
+// extent is 0), or nullopt when that does not fit in 64 bits. Sizes taken
+// from files or callers go through this, never a bare multiplication.
+std::optional<uint64_t> CheckedByteSize(const std::vector<uint64_t>& shape,
+                                        uint64_t itemsize);
 
 }  // namespace shardkeep

@@ -37,12 +37,25 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
 bool Contains(const Box& outer, const Box& inner) {
   if (outer.rank() != inner.rank()) return false;
   for (size_t d = 0; d < outer.rank(); ++d) {
-    if (inner.origin[d] < outer.origin[d] ||
-        inner.origin[d] + inner.shape[d] > outer.origin[d] + outer.shape[d]) {
+    // Written without origin + shape, which may wrap for an inner box
+    // that came from a file or a caller.
+    if (inner.origin[d] < outer.origin[d]) return false;
+    const uint64_t skip = inner.origin[d] - outer.origin[d];
+    if (skip > outer.shape[d] || inner.shape[d] > outer.shape[d] - skip) {
       return false;
     }
   }
   return true;
+}
+
+std::optional<uint64_t> CheckedByteSize(const std::vector<uint64_t>& shape,
+                                        uint64_t itemsize) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  uint64_t bytes = itemsize;
+  for (uint64_t extent : shape) {
+    if (__builtin_mul_overflow(bytes, extent, &bytes)) return std::nullopt;
+  }
+  return bytes;
 }
 
 }  // namespace shardkeep

@@ -12,6 +12,7 @@
 #include "engine/byte_limiter.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
+#include "engine/tiling.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
@@ -219,7 +220,46 @@ class Reader final : public CheckpointReader {
         part->chunks_by_leaf[record.leaf].push_back({std::move(record), process});
       }
     }
+    for (size_t leaf = 0; leaf < part->meta.leaves.size(); ++leaf) {
+      SK_RETURN_IF_ERROR(CheckTiling(name, *part, leaf));
+    }
     return &Remember(name, std::move(part));
+  }
+
+  // The chunks of an array leaf must cover each of its elements exactly
+  // once; then every request inside the leaf is covered exactly too.
+  Status CheckTiling(const std::string& name, const OpenCheckpointable& part,
+                     size_t leaf) const {
+    const format::LeafMeta& meta = part.meta.leaves[leaf];
+    if (meta.kind != format::LeafKind::kArray) return Status::Ok();
+    const std::vector<StoredChunk>& chunks = part.chunks_by_leaf[leaf];
+    std::vector<const Box*> boxes;
+    boxes.reserve(chunks.size());
+    for (const StoredChunk& chunk : chunks) boxes.push_back(&chunk.record.box);
+    std::optional<internal::TilingFault> fault = internal::FindTilingFault(meta.shape, boxes);
+    if (!fault) return Status::Ok();
+    const std::string where = "checkpoint " + path_ + ": leaf '" + meta.path + "' of " + name;
+    auto index_file = [&](const StoredChunk& chunk) {
+      return path_ + "/" + name + "/" + format::IndexFileName(chunk.process);
+    };
+    if (fault->overlap) {
+      const StoredChunk& a = chunks[fault->overlap->first];
+      const StoredChunk& b = chunks[fault->overlap->second];
+      return CorruptionError(where + ": chunk " + a.record.box.ToString() + " in " +
+                             index_file(a) + " overlaps chunk " + b.record.box.ToString() +
+                             " in " + index_file(b) + " (an index file is damaged)");
+    }
+    std::string files;
+    auto listed = commit_.index_files.find(name);
+    if (listed != commit_.index_files.end()) {
+      for (const std::string& index : listed->second) {
+        files += (files.empty() ? "" : ", ") + path_ + "/" + name + "/" + index;
+      }
+    }
+    return CorruptionError(where + ": the chunks in " + (files.empty() ? "no index" : files) +
+                           " cover " + std::to_string(fault->covered) + " of its " +
+                           std::to_string(fault->total) +
+                           " elements (an index file is missing or damaged)");
   }
 
   // REQUIRES: mu_ held.
@@ -246,7 +286,10 @@ class Reader final : public CheckpointReader {
                  whole.ToString());
     }
     SK_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(leaf.dtype));
-    if (record.raw_length != record.box.NumElements() * DTypeSize(dtype)) {
+    // Cannot overflow (the box lies inside a leaf of at most 2^63 bytes),
+    // but a size from a file is never multiplied unchecked.
+    std::optional<uint64_t> box_bytes = CheckedByteSize(record.box.shape, DTypeSize(dtype));
+    if (!box_bytes || record.raw_length != *box_bytes) {
       return bad("has raw length " + std::to_string(record.raw_length) +
                  " that does not match its box");
     }
@@ -278,11 +321,10 @@ class Reader final : public CheckpointReader {
     SK_RETURN_IF_ERROR(internal::CheckCast(stored, request.dtype,
                                            options.allow_lossy_cast)
                            .WithContext(where));
-    uint64_t covered = 0;
+    // Open() proved the chunks tile the leaf, so they cover the box.
     for (const StoredChunk& chunk : part.chunks_by_leaf[request.leaf]) {
       std::optional<Box> region = Intersect(chunk.record.box, request.box);
       if (!region) continue;
-      covered += region->NumElements();
       ChunkRead& read = reads[&chunk];
       read.chunk = &chunk;
       const bool whole_chunk = *region == chunk.record.box;
@@ -296,13 +338,6 @@ class Reader final : public CheckpointReader {
         read.direct = nullptr;  // a second placement: read once, copy twice
       }
       read.placements.push_back({&request, std::move(*region)});
-    }
-    if (covered != request.box.NumElements()) {
-      return CorruptionError(where + ": the stored chunks cover " +
-                             std::to_string(covered) + " of the " +
-                             std::to_string(request.box.NumElements()) +
-                             " elements of box " + request.box.ToString() +
-                             " (an index file is missing or damaged)");
     }
     return Status::Ok();
   }
@@ -354,6 +389,15 @@ class Reader final : public CheckpointReader {
           storage_->ReadAt(file, range.offset, range.length, read.direct));
       return Verify(part, read, read.direct, file);
     }
+    // The lengths come from an index: check them against the file before
+    // sizing a buffer by them.
+    SK_ASSIGN_OR_RETURN(uint64_t file_size, storage_->FileSize(file));
+    if (range.offset > file_size || range.length > file_size - range.offset) {
+      return CorruptionError(ChunkWhere(part, *range.chunks.back(), file) + " of " +
+                             std::to_string(range.chunks.back()->chunk->record.stored_length) +
+                             " bytes lies past the end of the file (" +
+                             std::to_string(file_size) + " bytes)");
+    }
     // The range's buffer and the decompression buffer CopyOut may need.
     uint64_t decompressed = 0;
     for (const ChunkRead* read : range.chunks) {
@@ -381,6 +425,13 @@ class Reader final : public CheckpointReader {
       SK_RETURN_IF_ERROR(Verify(part, *read, stored, file));
       const uint8_t* raw = stored;
       if (record.codec == format::Codec::kZstd) {
+        // The frame states its size; a frame that disagrees with the
+        // record is refused before anything is allocated for it.
+        if (ZSTD_getFrameContentSize(stored, record.stored_length) != record.raw_length) {
+          return CorruptionError(ChunkWhere(part, *read, file) +
+                                 " is not a zstd frame of its recorded length " +
+                                 std::to_string(record.raw_length));
+        }
         decompressed.resize(record.raw_length);
         const size_t n = ZSTD_decompress(decompressed.data(), record.raw_length,
                                          stored, record.stored_length);

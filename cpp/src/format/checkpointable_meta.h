@@ -30,7 +30,8 @@ struct LeafMeta {
 struct CheckpointableMeta {
   std::string kind;  // "pytree", "json", "bytes"
   // For kind "pytree" only: the structure as built by the Python front
-  // (opaque here beyond being a JSON object) and the leaves in order.
+  // (docs/FORMAT.md §4.1; checked by the decoder, rebuilt into containers
+  // by the Python front) and the leaves in order.
   nlohmann::json tree;
   std::vector<LeafMeta> leaves;
 };
@@ -38,7 +39,10 @@ struct CheckpointableMeta {
 std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta);
 
 // Checks types, dtype names (must be known to DTypeFromName for arrays and
-// scalars), rank ≤ 64, unique leaf paths. Errors name `file`.
+// scalars), rank ≤ 64, leaf sizes ≤ 2^63 bytes, unique leaf paths, and
+// the tree: node types and fields, as many keys as children, every leaf
+// referenced by exactly one leaf node. Errors are Corruption naming `file`
+// and the leaf or the tree node (as a JSON pointer, "/tree/children/0").
 Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
                                                     const std::string& file);
 

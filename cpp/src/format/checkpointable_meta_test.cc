@@ -133,7 +133,8 @@ TEST(CheckpointableMeta, EmptyPytreeAndLargeShapes) {
   LeafMeta big;
   big.path = "w";
   big.dtype = "uint8";
-  big.shape = {uint64_t{1} << 40, 0xffffffffffffffff, 3};
+  big.shape = {uint64_t{1} << 40, 0, 3};
+  m.tree = Leaf(0);
   m.leaves = {big};
   SK_ASSERT_OK_AND_ASSIGN(
       d, DecodeCheckpointableMeta(EncodeCheckpointableMeta(m), kFile));
@@ -141,7 +142,9 @@ TEST(CheckpointableMeta, EmptyPytreeAndLargeShapes) {
 }
 
 TEST(CheckpointableMeta, MissingOptionalFieldsTakeDefaults) {
-  const std::string text = R"({"kind": "pytree", "tree": {"type": "leaf", "leaf": 0},
+  const std::string text = R"({"kind": "pytree",
+    "tree": {"type": "list", "children": [{"type": "leaf", "leaf": 0},
+             {"type": "leaf", "leaf": 1}, {"type": "leaf", "leaf": 2}]},
     "leaves": [{"path": "", "kind": "array", "dtype": "float32", "shape": [2]},
                {"path": "s", "kind": "scalar", "dtype": "bool", "value": true},
                {"path": "n", "kind": "none"}], "future_field": 1})";
@@ -182,7 +185,8 @@ TEST(CheckpointableMeta, BracketsInsideStringsDoNotCountAsNesting) {
   // A key path may hold any characters, escaped quotes included.
   const std::string brackets = std::string(600, '[') + "\\\"" + std::string(600, '{');
   const json meta = {{"kind", "pytree"},
-                     {"tree", {{brackets, nullptr}}},
+                     {"tree", {{"type", "dict"}, {"keys", {brackets}},
+                               {"children", {Leaf(0)}}}},
                      {"leaves", json::array({{{"path", brackets}, {"kind", "none"}}})}};
   SK_ASSERT_OK_AND_ASSIGN(format::CheckpointableMeta decoded,
                           format::DecodeCheckpointableMeta(meta.dump(), "meta.json"));
@@ -228,6 +232,110 @@ TEST(CheckpointableMetaErrors, LeafFields) {
                    "a bool, a number");
   ExpectCorruption(WithLeaf(4, [](json& l) { l["value"] = 3; }),
                    "leaf 4 (\"name\"): expected \"value\" to be a string");
+}
+
+// The golden document with its tree edited by `edit`.
+std::string WithTree(const std::function<void(json&)>& edit) {
+  json j = json::parse(ReadTestFile("golden_meta.json"));
+  edit(j["tree"]);
+  return j.dump();
+}
+
+TEST(CheckpointableMetaErrors, TreeLeafNumbers) {
+  // The golden tree: {"a": 0, "b": {"c": (1, 2)}, "lr": 3, ..., "x/y": 7}.
+  ExpectCorruption(WithTree([](json& t) { t["children"][0]["leaf"] = -1; }),
+                   "tree node /tree/children/0: expected \"leaf\" to be an integer "
+                   "in [0, 8), found -1");
+  ExpectCorruption(WithTree([](json& t) { t["children"][0]["leaf"] = 8; }),
+                   "in [0, 8), found 8");
+  ExpectCorruption(WithTree([](json& t) { t["children"][0]["leaf"] = 0.0; }),
+                   "found 0.0");
+  ExpectCorruption(WithTree([](json& t) { t["children"][0].erase("leaf"); }),
+                   "found none");
+  ExpectCorruption(WithTree([](json& t) { t["children"][6]["leaf"] = 2; }),
+                   "tree node /tree/children/6: leaf 2 is already used by node "
+                   "/tree/children/1/children/0/children/1");
+  // A leaf no node refers to (leaf 7 dropped with its key).
+  ExpectCorruption(WithTree([](json& t) {
+                     t["children"].erase(6);
+                     t["keys"].erase(6);
+                   }),
+                   "leaf 7 is not referenced by any node of \"tree\"");
+}
+
+TEST(CheckpointableMetaErrors, TreeNodeShapes) {
+  ExpectCorruption(WithTree([](json& t) { t["children"].erase(6); }),
+                   "tree node /tree: has 7 keys but 6 children");
+  ExpectCorruption(WithTree([](json& t) { t["children"][1]["keys"].push_back("d"); }),
+                   "tree node /tree/children/1: has 2 keys but 1 children");
+  ExpectCorruption(WithTree([](json& t) { t.erase("children"); }),
+                   "tree node /tree: expected \"children\" to be an array");
+  ExpectCorruption(WithTree([](json& t) { t["children"][1].erase("keys"); }),
+                   "tree node /tree/children/1: expected \"keys\" to be an array");
+  ExpectCorruption(WithTree([](json& t) { t["keys"][0] = 1.5; }),
+                   "tree node /tree: expected keys to be strings or integers, found 1.5");
+  ExpectCorruption(WithTree([](json& t) { t["keys"][1] = "a"; }),
+                   "tree node /tree: duplicate key \"a\"");
+  ExpectCorruption(WithTree([](json& t) { t["type"] = "set"; }),
+                   "tree node /tree: expected \"type\" to be leaf, dict");
+  ExpectCorruption(WithTree([](json& t) { t.erase("type"); }),
+                   "tree node /tree: expected \"type\" to be a string");
+  ExpectCorruption(WithTree([](json& t) { t["children"][3] = json::array(); }),
+                   "tree node /tree/children/3: expected an object");
+  auto namedtuple = [](json& t) {
+    json& inner = t["children"][1]["children"][0];
+    inner["type"] = "namedtuple";
+    inner["name"] = "m.Pair";
+    inner["fields"] = {"x", "y"};
+  };
+  SK_EXPECT_OK(DecodeCheckpointableMeta(WithTree(namedtuple), kFile).status());
+  const std::string at = "tree node /tree/children/1/children/0: ";
+  ExpectCorruption(WithTree([&](json& t) {
+                     namedtuple(t);
+                     t["children"][1]["children"][0]["fields"] = {"x"};
+                   }),
+                   at + "has 1 fields but 2 children");
+  ExpectCorruption(WithTree([&](json& t) {
+                     namedtuple(t);
+                     t["children"][1]["children"][0]["fields"] = {"x", 2};
+                   }),
+                   at + "expected fields to be strings, found 2");
+  ExpectCorruption(WithTree([&](json& t) {
+                     namedtuple(t);
+                     t["children"][1]["children"][0].erase("name");
+                   }),
+                   at + "expected \"name\" to be a string");
+  // Custom nodes: integer keys are allowed, as for dicts.
+  SK_EXPECT_OK(DecodeCheckpointableMeta(WithTree([](json& t) {
+                                          t["type"] = "custom";
+                                          t["name"] = "m.Module";
+                                          t["keys"][0] = -3;
+                                        }),
+                                        kFile)
+                   .status());
+}
+
+TEST(CheckpointableMetaErrors, LeavesOver2To63Bytes) {
+  // 2^61 float64 elements are 2^64 bytes: the product wraps to 0.
+  ExpectCorruption(WithLeaf(0, [](json& l) {
+                     l["dtype"] = "float64";
+                     l["shape"] = {uint64_t{1} << 61};
+                   }),
+                   "leaf 0 (\"a\"): shape [2305843009213693952] of float64 holds "
+                   "more than 2^63 bytes");
+  ExpectCorruption(WithLeaf(0, [](json& l) {
+                     l["shape"] = {uint64_t{1} << 32, uint64_t{1} << 32, 0};
+                   }),
+                   "more than 2^63 bytes");
+  ExpectCorruption(WithLeaf(3, [](json& l) { l["shape"] = {uint64_t{1} << 62}; }),
+                   "leaf 3 (\"lr\"): shape");
+  // Exactly 2^63 bytes is the largest leaf.
+  SK_EXPECT_OK(DecodeCheckpointableMeta(WithLeaf(0, [](json& l) {
+                                          l["dtype"] = "uint8";
+                                          l["shape"] = {uint64_t{1} << 62, 2};
+                                        }),
+                                        kFile)
+                   .status());
 }
 
 TEST(CheckpointableMeta, MaxRankAccepted) {

@@ -11,6 +11,7 @@ constexpr size_t kHeaderSize = 16;   // magic + record count
 constexpr size_t kTrailerSize = 8;   // XXH3-64 of everything before it
 constexpr size_t kFixedRecordSize = 4 * 4 + 4 * 8;  // before origin/shape
 constexpr uint32_t kMaxRank = 64;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 63;
 
 // Explicit little-endian writes and reads, independent of host byte order
 // and of struct layout.
@@ -140,8 +141,16 @@ Result<std::vector<ChunkRecord>> DecodeIndex(std::string_view bytes,
                  std::to_string(codec));
     }
     r.codec = static_cast<Codec>(codec);
-    if (r.offset + r.stored_length < r.offset) {
-      return bad("offset + stored_length overflows 64 bits");
+    // No file or leaf is larger than 2^63 bytes: bounding every length
+    // here keeps the sums and products readers form from them in range.
+    if (r.offset >= kMaxBytes || r.stored_length > kMaxBytes - r.offset) {
+      return bad("expected offset + stored_length <= 2^63, found offset " +
+                 std::to_string(r.offset) + " and stored_length " +
+                 std::to_string(r.stored_length));
+    }
+    if (r.raw_length > kMaxBytes) {
+      return bad("expected raw_length <= 2^63, found " +
+                 std::to_string(r.raw_length));
     }
     if (r.codec == Codec::kRaw && r.stored_length != r.raw_length) {
       return bad("expected stored_length == raw_length for a raw chunk");

@@ -16,6 +16,7 @@ namespace shardkeep::format {
 namespace {
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kMaxBytes = uint64_t{1} << 63;
 const std::string kFile = "ckpt/state/index/p0.idx";
 
 std::string ReadTestFile(const std::string& name) {
@@ -165,9 +166,9 @@ TEST(Index, RandomRecordsRoundTrip) {
     r.leaf = static_cast<uint32_t>(rng());
     r.data_file = static_cast<uint32_t>(rng());
     r.codec = (rng() & 1) ? Codec::kZstd : Codec::kRaw;
-    r.offset = rng() >> 1;  // keeps offset + stored_length in range
-    r.stored_length = rng() >> 1;
-    r.raw_length = r.codec == Codec::kRaw ? r.stored_length : rng();
+    r.offset = rng() >> 2;  // keeps offset + stored_length <= 2^63
+    r.stored_length = rng() >> 2;
+    r.raw_length = r.codec == Codec::kRaw ? r.stored_length : rng() >> 1;
     r.checksum = rng();
     const size_t rank = i < 65 ? i : rng() % 65;
     for (size_t d = 0; d < rank; ++d) {
@@ -188,14 +189,17 @@ TEST(Index, ValuesBeyond32BitsAreExact) {
   r.codec = Codec::kZstd;
   r.offset = (uint64_t{5} << 32) + 7;        // > 4 GiB
   r.stored_length = (uint64_t{3} << 32) + 1;  // > 4 GiB
-  r.raw_length = kMax;
+  r.raw_length = kMaxBytes;
   r.checksum = kMax - 1;
   r.box = {{(uint64_t{1} << 40) + 3, kMax, kMax - 1},
            {(uint64_t{1} << 33) + 1, 0, 1}};
   ChunkRecord big;  // the largest box whose element count fits 64 bits
   big.box = {{0}, {kMax}};
-  big.stored_length = big.raw_length = kMax;
-  const std::vector<ChunkRecord> records = {r, big};
+  big.stored_length = big.raw_length = kMaxBytes;
+  ChunkRecord last;  // a chunk ending exactly at 2^63
+  last.offset = kMaxBytes - 1;
+  last.stored_length = last.raw_length = 1;
+  const std::vector<ChunkRecord> records = {r, big, last};
   SK_ASSERT_OK_AND_ASSIGN(auto decoded, DecodeIndex(EncodeIndex(records), kFile));
   EXPECT_EQ(decoded, records);
 }
@@ -317,7 +321,25 @@ TEST(IndexCorruption, RawChunkLengthsDisagree) {
 TEST(IndexCorruption, OffsetPlusLengthOverflows) {
   std::string s = GoldenBytes();
   PutU64At(&s, kRec1 + 16, kMax);  // offset
-  ExpectCorruption(Reseal(s), "offset + stored_length overflows");
+  ExpectCorruption(Reseal(s), "record 1: expected offset + stored_length <= 2^63");
+}
+
+// Lengths and offsets past 2^63 bytes describe no real file; refusing them
+// while decoding keeps every later sum and product in 64 bits.
+TEST(IndexCorruption, OffsetsAndLengthsBeyond2To63) {
+  std::string s = GoldenBytes();
+  PutU64At(&s, kRec1 + 16, kMaxBytes);  // offset = 2^63, stored_length 0x1234
+  ExpectCorruption(Reseal(s), "record 1: expected offset + stored_length <= 2^63");
+  s = GoldenBytes();
+  PutU64At(&s, kRec1 + 16, kMaxBytes - 0x1000);  // ends past 2^63
+  ExpectCorruption(Reseal(s), "expected offset + stored_length <= 2^63");
+  s = GoldenBytes();
+  PutU64At(&s, kRec1 + 32, kMaxBytes + 1);  // raw_length of the zstd chunk
+  ExpectCorruption(Reseal(s), "record 1: expected raw_length <= 2^63");
+  s = GoldenBytes();
+  PutU64At(&s, kRec0 + 24, kMaxBytes + 96);  // stored and raw length of a raw chunk
+  PutU64At(&s, kRec0 + 32, kMaxBytes + 96);
+  ExpectCorruption(Reseal(s), "record 0: expected offset + stored_length <= 2^63");
 }
 
 TEST(IndexCorruption, OriginPlusShapeOverflows) {

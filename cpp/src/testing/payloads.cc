@@ -7,8 +7,13 @@ namespace shardkeep::testdata {
 std::string PytreeMetaJson(const std::vector<ArrayLeaf>& leaves) {
   format::CheckpointableMeta meta;
   meta.kind = "pytree";
-  meta.tree = {{"type", "dict"}};
+  // A flat dict: {path: leaf, ...}.
+  meta.tree = {{"type", "dict"}, {"keys", nlohmann::json::array()},
+               {"children", nlohmann::json::array()}};
   for (const ArrayLeaf& leaf : leaves) {
+    meta.tree["keys"].push_back(leaf.path);
+    meta.tree["children"].push_back(
+        {{"type", "leaf"}, {"leaf", meta.leaves.size()}});
     format::LeafMeta entry;
     entry.path = leaf.path;
     entry.dtype = leaf.dtype;

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of cpp/fuzz with clang (ASan + UBSan) and
+# runs each one, seeded from the golden files and the compatibility
+# checkpoints under cpp/testdata.
+#
+#   scripts/fuzz.sh [--seconds N | --runs N] [target...]
+#
+# --seconds N runs each target for N seconds (default 60), --runs N for N
+# inputs. Targets default to all of them (index_fuzzer, ...). Each target's
+# corpus grows in build/fuzz/corpus/<target> across runs; a crash leaves
+# its input in build/fuzz/crashes/ and makes the script fail. Turn every
+# crash into a regression test (cpp/src/.../*_test.cc with the input).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+limit=(-max_total_time=60)
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) limit=(-max_total_time="$2"); shift 2 ;;
+    --runs) limit=(-runs="$2"); shift 2 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+
+build=build/fuzz
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSHARDKEEP_BUILD_FUZZERS=ON -DSHARDKEEP_BUILD_TESTS=OFF > /dev/null
+cmake --build "$build"
+
+if [ ${#targets[@]} -eq 0 ]; then
+  for f in cpp/fuzz/*_fuzzer.cc; do targets+=("$(basename "$f" .cc)"); done
+fi
+
+# Seeds: the file each decoder reads, from the golden files and from every
+# checkpoint under cpp/testdata; the whole-checkpoint target gets each
+# checkpoint packed into its input layout (cpp/fuzz/checkpoint_fuzzer.cc).
+seeds="$build/seeds"
+rm -rf "$seeds"
+mkdir -p "$seeds"/{index_fuzzer,commit_record_fuzzer,checkpointable_meta_fuzzer,checkpoint_fuzzer}
+copy_seeds() {  # copy_seeds <target> <find -name pattern>
+  find cpp/testdata -type f -name "$2" | while read -r f; do
+    cp "$f" "$seeds/$1/$(echo "$f" | tr / _)"
+  done
+}
+copy_seeds index_fuzzer '*.idx'
+copy_seeds commit_record_fuzzer '*SHARDKEEP'
+copy_seeds checkpointable_meta_fuzzer '*meta.json'
+python3 scripts/pack_fuzz_checkpoints.py cpp/testdata "$seeds/checkpoint_fuzzer"
+
+failed=()
+for target in "${targets[@]}"; do
+  corpus="$build/corpus/$target"
+  log="$build/logs/$target.log"
+  mkdir -p "$corpus" "$build/crashes" "$build/logs"
+  echo "== $target ${limit[*]}"
+  rc=0
+  "$build/cpp/fuzz/$target" "${limit[@]}" -rss_limit_mb=2048 -timeout=30 \
+    -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
+    "$corpus" "$seeds/$target" > "$log" 2>&1 || rc=$?
+  grep -E "stat::number_of_executed_units|ERROR|SUMMARY|fuzz check failed|Test unit written" "$log" || true
+  if [ "$rc" -ne 0 ]; then failed+=("$target"); tail -40 "$log"; fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: crashes in ${failed[*]}; inputs in $build/crashes/, logs in $build/logs/" >&2
+  exit 1
+fi
