@@ -586,21 +586,30 @@ void ExpectDisagreement(Job& job, const std::vector<Status>& statuses,
   EXPECT_FALSE(tmp_left);
 }
 
-TEST(MultiprocessSaveTest, ProcessesWithAnotherMetaJsonFailTheSaveNamingThem) {
-  Job job;
+// Every process starts a save of the same state after `edit` has changed
+// its request.
+std::vector<Status> StartEditedSaves(Job& job,
+                                     const std::function<void(int, SaveRequest&)>& edit) {
   SimulatedGroup group(kProcesses);
   const TrainState state(0.5f);
   const std::string operation_id = NextOperationId();
-  std::vector<Status> statuses = RunProcesses([&](int p) {
+  return RunProcesses([&](int p) {
     SaveRequest request = RequestOf(p, state, operation_id);
+    edit(p, request);
+    return StartSave(job.view(p), group.Member(p), std::move(request), TestOptions(5))
+        .status();
+  });
+}
+
+TEST(MultiprocessSaveTest, ProcessesWithAnotherMetaJsonFailTheSaveNamingThem) {
+  Job job;
+  std::vector<Status> statuses = StartEditedSaves(job, [](int p, SaveRequest& request) {
     if (p == 2 || p == 3) {
       // These processes think bias is float16: their own shards (of w)
       // still match their meta.json, but the primary's would be written.
       request.parts[0].meta_json = testdata::PytreeMetaJson(
           {{"w", "float32", {kRows, kCols}}, {"bias", "float16", {kCols}}});
     }
-    return StartSave(job.view(p), group.Member(p), std::move(request), TestOptions(5))
-        .status();
   });
   ExpectDisagreement(job, statuses,
                      "processes 2, 3 differ from process 0 in the meta.json of 'state'");
@@ -609,14 +618,8 @@ TEST(MultiprocessSaveTest, ProcessesWithAnotherMetaJsonFailTheSaveNamingThem) {
 
 TEST(MultiprocessSaveTest, ProcessesWithOtherCheckpointablesFailTheSaveNamingThem) {
   Job job;
-  SimulatedGroup group(kProcesses);
-  const TrainState state(0.5f);
-  const std::string operation_id = NextOperationId();
-  std::vector<Status> statuses = RunProcesses([&](int p) {
-    SaveRequest request = RequestOf(p, state, operation_id);
+  std::vector<Status> statuses = StartEditedSaves(job, [](int p, SaveRequest& request) {
     if (p == 1) request.parts.pop_back();  // no "dataset"
-    return StartSave(job.view(p), group.Member(p), std::move(request), TestOptions(5))
-        .status();
   });
   ExpectDisagreement(job, statuses,
                      "process 1 differs from process 0 in the checkpointables to save "
