@@ -1,8 +1,8 @@
 #include "storage/s3/s3_location.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -263,20 +263,26 @@ ConfigEnvironment ProcessConfigEnvironment() {
   };
   environment.read_file =
       [](const std::string& path) -> Result<std::optional<std::string>> {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
+    errno = 0;
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    if (file == nullptr) {
       if (errno == ENOENT || errno == ENOTDIR) {
         return std::optional<std::string>();
       }
-      return ErrnoError("reading AWS configuration file " + path, errno);
+      return ErrnoError("opening AWS configuration file " + path, errno);
     }
-    std::ostringstream content;
-    content << file.rdbuf();
-    if (file.bad()) {
-      return StorageError("reading AWS configuration file " + path +
-                          " failed");
+    std::string content;
+    char buffer[4096];
+    size_t got = 0;
+    while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
+      content.append(buffer, got);
     }
-    return std::optional<std::string>(content.str());
+    const int read_errno = std::ferror(file) ? errno : 0;
+    std::fclose(file);
+    if (read_errno != 0) {
+      return ErrnoError("reading AWS configuration file " + path, read_errno);
+    }
+    return std::optional<std::string>(std::move(content));
   };
   return environment;
 }
@@ -295,8 +301,9 @@ Result<S3Config> ResolveS3Config(const std::string& bucket,
                                  const S3Overrides& overrides,
                                  const ConfigEnvironment& environment) {
   SK_ASSIGN_OR_RETURN(Profile profile, LoadProfile(overrides, environment));
-  const bool profile_named = overrides.profile.has_value() ||
-                             environment.get_env("AWS_PROFILE").has_value();
+  const bool profile_named =
+      FirstOf({overrides.profile, environment.get_env("AWS_PROFILE")})
+          .has_value();
   if (profile_named && !profile.found) {
     return InvalidArgumentError("AWS profile '" + profile.name +
                                 "' is in neither " + profile.credentials_path +

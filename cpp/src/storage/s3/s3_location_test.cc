@@ -287,6 +287,9 @@ TEST(ResolveS3ConfigTest, UnknownProfileAndUnreadableFilesAreErrors) {
       << status.ToString();
   ExpectNoSecrets(status.ToString());
 
+  machine.env["AWS_PROFILE"] = "";  // set but empty: as if unset
+  SK_EXPECT_OK(machine.Resolve().status());
+
   machine.env.erase("AWS_PROFILE");
   machine.unreadable.insert("/home/u/.aws/config");
   status = machine.Resolve().status();
@@ -323,6 +326,12 @@ TEST(ProcessConfigEnvironmentTest, ReadsFilesAndReportsMissingOnes) {
   SK_ASSERT_OK_AND_ASSIGN(content, environment.read_file(path));
   EXPECT_FALSE(content.has_value());
   EXPECT_FALSE(environment.get_env("SHARDKEEP_SURELY_UNSET_VARIABLE"));
+
+  // A directory where a file is expected is an error, not an empty file.
+  const Status directory = environment.read_file(::testing::TempDir()).status();
+  EXPECT_EQ(directory.code(), StatusCode::kStorage);
+  EXPECT_NE(directory.message().find(::testing::TempDir()), std::string::npos)
+      << directory.ToString();
 }
 
 }  // namespace

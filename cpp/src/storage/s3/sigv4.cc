@@ -7,6 +7,7 @@
 #include <array>
 #include <ctime>
 #include <map>
+#include <optional>
 
 namespace shardkeep::s3 {
 namespace {
@@ -26,14 +27,16 @@ std::string Hex(const unsigned char* bytes, size_t size) {
   return out;
 }
 
-Digest HmacSha256(std::string_view key, std::string_view data) {
+// Empty when libcrypto fails, which it does only when out of memory.
+std::optional<Digest> HmacSha256(std::string_view key, std::string_view data) {
   Digest digest{};
   unsigned int size = 0;
-  // HMAC-SHA256 with in-memory inputs fails only if libcrypto cannot
-  // allocate, and then the signature is garbage and the server rejects it.
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-       digest.data(), &size);
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+           digest.data(), &size) == nullptr ||
+      size != digest.size()) {
+    return std::nullopt;
+  }
   return digest;
 }
 
@@ -203,12 +206,23 @@ Result<SigV4Signature> Sign(const HttpRequestToSign& request,
                           scope + '\n' +
                           Sha256Hex(result.canonical_request);
 
-  Digest key = HmacSha256("AWS4" + context.credentials.secret_access_key,
-                          date_stamp);
-  key = HmacSha256(AsView(key), context.region);
-  key = HmacSha256(AsView(key), context.service);
-  key = HmacSha256(AsView(key), "aws4_request");
-  const Digest signature = HmacSha256(AsView(key), result.string_to_sign);
+  // The signing key, then the signature: an HMAC chain starting from the
+  // secret.
+  std::optional<Digest> digest =
+      HmacSha256("AWS4" + context.credentials.secret_access_key, date_stamp);
+  for (const std::string_view step :
+       {std::string_view(context.region), std::string_view(context.service),
+        std::string_view("aws4_request"),
+        std::string_view(result.string_to_sign)}) {
+    if (!digest) break;
+    digest = HmacSha256(AsView(*digest), step);
+  }
+  if (!digest) {
+    return ResourceExhaustedError(
+        "SigV4: libcrypto could not compute an HMAC-SHA256 for a request to " +
+        request.host);
+  }
+  const Digest& signature = *digest;
   result.signature = Hex(signature.data(), signature.size());
 
   headers_to_add.emplace_back(
