@@ -317,6 +317,11 @@ Result<S3Config> ResolveS3Config(const std::string& bucket,
                            environment.get_env("AWS_DEFAULT_REGION"),
                            profile.Get("region"), std::string("us-east-1")})
                       .value();
+  if (config.region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") !=
+      std::string::npos) {
+    return InvalidArgumentError("S3 region '" + config.region +
+                                "' holds characters other than a-z, 0-9, '-'");
+  }
   const std::optional<std::string> custom_endpoint =
       FirstOf({overrides.endpoint_url, environment.get_env("AWS_ENDPOINT_URL_S3"),
                environment.get_env("AWS_ENDPOINT_URL"),

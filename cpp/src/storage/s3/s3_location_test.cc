@@ -110,6 +110,13 @@ TEST(ResolveS3ConfigTest, EnvironmentCredentialsAndAwsVirtualHosting) {
   machine.env["AWS_REGION"] = "ap-south-1";  // wins over AWS_DEFAULT_REGION
   SK_ASSERT_OK_AND_ASSIGN(config, machine.Resolve());
   EXPECT_EQ(config.region, "ap-south-1");
+
+  // The region becomes part of a host name.
+  machine.env["AWS_REGION"] = "evil.com/x";
+  const Status status = machine.Resolve().status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("'evil.com/x'"), std::string::npos)
+      << status.ToString();
 }
 
 TEST(ResolveS3ConfigTest, DefaultsToUsEast1AndPathStyleForDottedBuckets) {

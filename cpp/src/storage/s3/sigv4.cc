@@ -257,6 +257,8 @@ std::string UriEncode(std::string_view text, bool keep_slash) {
 }
 
 std::string Sha256Hex(std::string_view data) {
+  // A digest of memory fails only when libcrypto cannot allocate; the
+  // zero digest left then makes the server reject the request.
   Digest digest{};
   unsigned int size = 0;
   EVP_Digest(data.data(), data.size(), digest.data(), &size, EVP_sha256(),
