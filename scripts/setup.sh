@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
-          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev
+          libxxhash-dev libzstd-dev libexpat1-dev libgtest-dev libbenchmark-dev
           clang libclang-rt-14-dev)  # sanitizers and libFuzzer
 missing=()
 for p in "${packages[@]}"; do
