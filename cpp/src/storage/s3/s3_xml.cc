@@ -2,6 +2,7 @@
 
 #include <expat.h>
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 #include <type_traits>
@@ -208,9 +209,9 @@ ErrorDocument ErrorFields(const Element& error) {
                        TextOf(error, "RequestId"), TextOf(error, "Resource")};
 }
 
-bool CarriableInXml(unsigned char c) {
-  return c >= 0x20 || c == '\t' || c == '\n' || c == '\r';
-}
+// ETags are quoted hex digests; anything beyond printable ASCII is refused
+// rather than risking bytes the server's parser would reject or change.
+bool PrintableAscii(char c) { return c >= 0x20 && c <= 0x7e; }
 
 void AppendEscaped(std::string& out, const std::string& text) {
   for (char c : text) {
@@ -220,10 +221,6 @@ void AppendEscaped(std::string& out, const std::string& text) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
-      // Raw CR and tab would be normalised away by the server's parser.
-      case '\r': out += "&#13;"; break;
-      case '\t': out += "&#9;"; break;
-      case '\n': out += "&#10;"; break;
       default: out.push_back(c);
     }
   }
@@ -328,10 +325,9 @@ Result<std::string> EncodeCompleteMultipartUpload(
     }
     previous = part.part_number;
     if (part.etag.empty()) return InvalidArgumentError(name + ": empty ETag");
-    for (char c : part.etag) {
-      if (!CarriableInXml(static_cast<unsigned char>(c))) {
-        return InvalidArgumentError(name + ": ETag holds a control character");
-      }
+    if (!std::all_of(part.etag.begin(), part.etag.end(), PrintableAscii)) {
+      return InvalidArgumentError(name +
+                                  ": ETag holds bytes beyond printable ASCII");
     }
     out += "<Part><PartNumber>" + std::to_string(part.part_number) +
            "</PartNumber><ETag>";

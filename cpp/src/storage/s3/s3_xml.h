@@ -90,7 +90,7 @@ Result<CompleteMultipartUploadAnswer> DecodeCompleteMultipartUpload(
 
 // The CompleteMultipartUpload request body. REQUIRES nothing: part numbers
 // out of 1..10000 or not strictly ascending, empty ETags and ETags with
-// characters XML 1.0 cannot carry are InvalidArgument errors.
+// bytes beyond printable ASCII are InvalidArgument errors.
 Result<std::string> EncodeCompleteMultipartUpload(
     const std::vector<CompletedPart>& parts);
 

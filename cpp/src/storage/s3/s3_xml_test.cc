@@ -318,14 +318,14 @@ TEST(S3XmlTest, EncodesCompleteMultipartUploadEscapingETags) {
   SK_ASSERT_OK_AND_ASSIGN(
       std::string body,
       EncodeCompleteMultipartUpload({{1, "\"a54357aff0632cce46d942af68356b38\""},
-                                     {3, "<&'>\t"}}));
+                                     {3, "<&'>"}}));
   EXPECT_EQ(body,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<CompleteMultipartUpload "
             "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
             "<Part><PartNumber>1</PartNumber><ETag>&quot;"
             "a54357aff0632cce46d942af68356b38&quot;</ETag></Part>"
-            "<Part><PartNumber>3</PartNumber><ETag>&lt;&amp;&apos;&gt;&#9;"
+            "<Part><PartNumber>3</PartNumber><ETag>&lt;&amp;&apos;&gt;"
             "</ETag></Part></CompleteMultipartUpload>");
 }
 
@@ -339,7 +339,11 @@ TEST(S3XmlTest, RefusesBadPartsToEncode) {
       {{{2, "e"}, {2, "e"}}, "part 2 follows part 2"},
       {{{2, "e"}, {1, "e"}}, "part 1 follows part 2"},
       {{{1, ""}}, "part 1: empty ETag"},
-      {{{1, std::string("a\0b", 3)}}, "part 1: ETag holds a control"},
+      {{{1, std::string("a\0b", 3)}}, "part 1: ETag holds bytes beyond"},
+      {{{1, "a\tb"}}, "part 1: ETag holds bytes beyond"},
+      {{{1, "\xe2\x82\xac"}}, "part 1: ETag holds bytes beyond"},
+      // Not UTF-8: the body would not be XML at all.
+      {{{1, "\"\xff\""}}, "part 1: ETag holds bytes beyond"},
   };
   for (const auto& c : cases) {
     const auto body = EncodeCompleteMultipartUpload(c.parts);
