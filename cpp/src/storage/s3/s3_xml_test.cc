@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/status_matchers.h"
+#include "testing/test_files.h"
 
 namespace shardkeep::s3 {
 namespace {
@@ -351,6 +352,41 @@ TEST(S3XmlTest, RefusesBadPartsToEncode) {
     EXPECT_EQ(body.status().code(), StatusCode::kInvalidArgument);
     EXPECT_TRUE(Has(body.status().message(), c.says));
   }
+}
+
+// The fuzz target's seeds must be answers the decoders accept, or fuzzing
+// would start outside the paths that matter.
+TEST(S3XmlTest, SampleAnswersInTestdataDecode) {
+  const std::string list = testdata::Read("s3/list_objects_v2.xml");
+  ASSERT_FALSE(list.empty());
+  SK_ASSERT_OK_AND_ASSIGN(ListObjectsPage page, DecodeListObjectsV2(list, kWhat));
+  ASSERT_EQ(page.objects.size(), 2u);
+  EXPECT_EQ(page.objects[1].key, "ckpt/a b+c.bin");
+  EXPECT_EQ(page.objects[1].size, 1048576u);
+
+  SK_ASSERT_OK_AND_ASSIGN(
+      ErrorDocument error,
+      DecodeErrorDocument(testdata::Read("s3/error.xml"), "GET x"));
+  EXPECT_EQ(error.code, "NoSuchKey");
+
+  SK_ASSERT_OK_AND_ASSIGN(
+      std::string upload_id,
+      DecodeInitiateMultipartUpload(
+          testdata::Read("s3/initiate_multipart_upload.xml"), "POST x"));
+  EXPECT_FALSE(upload_id.empty());
+
+  SK_ASSERT_OK_AND_ASSIGN(
+      CompleteMultipartUploadAnswer completed,
+      DecodeCompleteMultipartUpload(
+          testdata::Read("s3/complete_multipart_upload.xml"), "POST x"));
+  EXPECT_FALSE(completed.error.has_value());
+
+  SK_ASSERT_OK_AND_ASSIGN(
+      CompleteMultipartUploadAnswer failed,
+      DecodeCompleteMultipartUpload(
+          testdata::Read("s3/complete_multipart_upload_error.xml"), "POST x"));
+  ASSERT_TRUE(failed.error.has_value());
+  EXPECT_EQ(failed.error->code, "InternalError");
 }
 
 }  // namespace
