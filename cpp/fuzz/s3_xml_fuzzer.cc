@@ -65,7 +65,8 @@ void CheckEncoderRoundTrip(const std::string& bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   if (auto page = s3::DecodeListObjectsV2(bytes, "list"); page.ok()) {
-    SK_FUZZ_CHECK(!page->is_truncated || !page->next_continuation_token.empty());
+    SK_FUZZ_CHECK(!page->is_truncated ||
+                  !page->next_continuation_token.empty());
     for (const auto& object : page->objects) SK_FUZZ_CHECK(!object.key.empty());
   }
   if (auto error = s3::DecodeErrorDocument(bytes, "error"); error.ok()) {

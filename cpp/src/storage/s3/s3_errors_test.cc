@@ -7,9 +7,13 @@
 namespace shardkeep::s3 {
 namespace {
 
-::testing::AssertionResult Has(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' lacks '" << part << "'";
+::testing::AssertionResult Has(const std::string& text,
+                               const std::string& part) {
+  if (text.find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "'" << text << "' lacks '" << part << "'";
 }
 
 S3Failure Answered(int http_status, std::string code = "",
@@ -87,11 +91,13 @@ TEST(S3ErrorsTest, RejectedCredentialsNameTheKeyIdNeverTheSecret) {
 }
 
 TEST(S3ErrorsTest, ClockAndRegionProblemsGetTheirOwnHints) {
-  EXPECT_TRUE(Has(ToStatus(Answered(403, "RequestTimeTooSkewed", "m")).message(),
-                  "clock"));
-  EXPECT_TRUE(
-      Has(ToStatus(Answered(400, "AuthorizationHeaderMalformed", "m")).message(),
-          "AWS_REGION"));
+  const Status skewed = ToStatus(Answered(403, "RequestTimeTooSkewed", "m"));
+  EXPECT_EQ(skewed.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(skewed.message(), "clock"));
+  const Status region =
+      ToStatus(Answered(400, "AuthorizationHeaderMalformed", "m"));
+  EXPECT_EQ(region.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(region.message(), "AWS_REGION"));
 }
 
 TEST(S3ErrorsTest, AccessDeniedIsAStorageErrorNamingKeyIdAndBucket) {

@@ -98,7 +98,9 @@ Result<Element> ParseTree(std::string_view body, const std::string& what) {
   }
   std::unique_ptr<std::remove_pointer_t<XML_Parser>, void (*)(XML_Parser)>
       parser(XML_ParserCreateNS(nullptr, ' '), XML_ParserFree);
-  if (!parser) return ResourceExhaustedError(what + ": no memory for XML parser");
+  if (!parser) {
+    return ResourceExhaustedError(what + ": no memory for an XML parser");
+  }
   ParseState state;
   state.parser = parser.get();
   XML_SetUserData(parser.get(), &state);

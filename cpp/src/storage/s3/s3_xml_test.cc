@@ -12,9 +12,13 @@ namespace shardkeep::s3 {
 namespace {
 
 // True when `text` contains `part`; the failure message shows both.
-::testing::AssertionResult Has(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' lacks '" << part << "'";
+::testing::AssertionResult Has(const std::string& text,
+                               const std::string& part) {
+  if (text.find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "'" << text << "' lacks '" << part << "'";
 }
 
 constexpr char kWhat[] = "ListObjectsV2 s3://bucket/ckpt/";
@@ -184,7 +188,8 @@ TEST(S3XmlTest, RefusesDoctypeSoNoEntityIsExpanded) {
     const auto error = DecodeErrorDocument(body, "GET s3://b/k");
     ASSERT_FALSE(error.ok());
     EXPECT_EQ(error.status().code(), StatusCode::kCorruption);
-    EXPECT_TRUE(Has(error.status().message(), "refused a document type declaration"));
+    EXPECT_TRUE(Has(error.status().message(),
+                    "refused a document type declaration"));
   }
 }
 
@@ -204,7 +209,8 @@ TEST(S3XmlTest, RefusesDeepNesting) {
   for (int i = 0; i < kMaxXmlDepth + 1; ++i) body += "</a>";
   const auto page = DecodeListObjectsV2(body, kWhat);
   ASSERT_FALSE(page.ok());
-  EXPECT_TRUE(Has(page.status().message(), "refused elements nested deeper than 16"));
+  EXPECT_TRUE(Has(page.status().message(),
+                  "refused elements nested deeper than 16"));
   EXPECT_TRUE(Has(page.status().message(), "after 17 elements"));
 }
 
@@ -247,7 +253,8 @@ TEST(S3XmlTest, RefusesErrorDocumentWithoutCode) {
   const auto error =
       DecodeErrorDocument("<Error><Message>m</Message></Error>", "GET x");
   ASSERT_FALSE(error.ok());
-  EXPECT_TRUE(Has(error.status().message(), "<Error> without a non-empty <Code>"));
+  EXPECT_TRUE(Has(error.status().message(),
+                  "<Error> without a non-empty <Code>"));
 }
 
 TEST(S3XmlTest, DecodesInitiateMultipartUpload) {
@@ -318,8 +325,8 @@ TEST(S3XmlTest, RefusesCompleteAnswerWithoutETagOrWithOtherRoot) {
 TEST(S3XmlTest, EncodesCompleteMultipartUploadEscapingETags) {
   SK_ASSERT_OK_AND_ASSIGN(
       std::string body,
-      EncodeCompleteMultipartUpload({{1, "\"a54357aff0632cce46d942af68356b38\""},
-                                     {3, "<&'>"}}));
+      EncodeCompleteMultipartUpload(
+          {{1, "\"a54357aff0632cce46d942af68356b38\""}, {3, "<&'>"}}));
   EXPECT_EQ(body,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<CompleteMultipartUpload "
@@ -359,7 +366,8 @@ TEST(S3XmlTest, RefusesBadPartsToEncode) {
 TEST(S3XmlTest, SampleAnswersInTestdataDecode) {
   const std::string list = testdata::Read("s3/list_objects_v2.xml");
   ASSERT_FALSE(list.empty());
-  SK_ASSERT_OK_AND_ASSIGN(ListObjectsPage page, DecodeListObjectsV2(list, kWhat));
+  SK_ASSERT_OK_AND_ASSIGN(ListObjectsPage page,
+                          DecodeListObjectsV2(list, kWhat));
   ASSERT_EQ(page.objects.size(), 2u);
   EXPECT_EQ(page.objects[1].key, "ckpt/a b+c.bin");
   EXPECT_EQ(page.objects[1].size, 1048576u);
