@@ -34,11 +34,12 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 # Seeds: the file each decoder reads, from the golden files and from every
-# checkpoint under cpp/testdata; the whole-checkpoint target gets each
-# checkpoint packed into its input layout (cpp/fuzz/checkpoint_fuzzer.cc).
+# checkpoint under cpp/testdata (S3 answers: cpp/testdata/s3/*.xml); the
+# whole-checkpoint target gets each checkpoint packed into its input layout
+# (cpp/fuzz/checkpoint_fuzzer.cc).
 seeds="$build/seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds"/{index_fuzzer,commit_record_fuzzer,checkpointable_meta_fuzzer,checkpoint_fuzzer}
+mkdir -p "$seeds"/{index_fuzzer,commit_record_fuzzer,checkpointable_meta_fuzzer,checkpoint_fuzzer,s3_xml_fuzzer}
 copy_seeds() {  # copy_seeds <target> <find -name pattern>
   find cpp/testdata -type f -name "$2" | while read -r f; do
     cp "$f" "$seeds/$1/$(echo "$f" | tr / _)"
@@ -47,6 +48,7 @@ copy_seeds() {  # copy_seeds <target> <find -name pattern>
 copy_seeds index_fuzzer '*.idx'
 copy_seeds commit_record_fuzzer '*SHARDKEEP'
 copy_seeds checkpointable_meta_fuzzer '*meta.json'
+copy_seeds s3_xml_fuzzer '*.xml'
 python3 scripts/pack_fuzz_checkpoints.py cpp/testdata "$seeds/checkpoint_fuzzer"
 
 failed=()

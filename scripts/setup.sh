@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
-          libxxhash-dev libzstd-dev libgtest-dev libbenchmark-dev
+          libxxhash-dev libzstd-dev libexpat1-dev libgtest-dev libbenchmark-dev
           libssl-dev libcurl4-openssl-dev  # S3: signing hashes, HTTP client
           clang libclang-rt-14-dev)  # sanitizers and libFuzzer
 missing=()

@@ -1,0 +1,159 @@
+#include "storage/s3/s3_errors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <string_view>
+
+namespace shardkeep::s3 {
+namespace {
+
+bool CodeIn(const S3Failure& failure,
+            std::initializer_list<std::string_view> codes) {
+  if (!failure.error) return false;
+  return std::find(codes.begin(), codes.end(), failure.error->code) !=
+         codes.end();
+}
+
+// Server-supplied text goes into messages and logs: bounded, one line.
+std::string Printable(const std::string& text) {
+  constexpr size_t kMax = 256;
+  std::string out = text.substr(0, kMax);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (text.size() > kMax) out += "...";
+  return out;
+}
+
+const char* TransportName(Transport transport) {
+  switch (transport) {
+    case Transport::kAnswered: return "answered";
+    case Transport::kConnectFailed: return "could not connect";
+    case Transport::kConnectionReset: return "connection reset";
+    case Transport::kTimedOut: return "timed out";
+    case Transport::kResolveFailed: return "host name does not resolve";
+    case Transport::kTlsFailed: return "TLS handshake failed";
+  }
+  return "unknown transport failure";
+}
+
+// "PutObject s3://bucket/key: HTTP 403 AccessDenied: Access Denied
+// (request id 4442587FB7D0A2F9)".
+std::string Describe(const S3Failure& failure) {
+  std::string out = failure.operation + " s3://" + failure.bucket;
+  if (!failure.key.empty()) out += "/" + failure.key;
+  if (failure.transport != Transport::kAnswered) {
+    out += std::string(": ") + TransportName(failure.transport);
+    if (!failure.transport_detail.empty()) {
+      out.append(": ").append(Printable(failure.transport_detail));
+    }
+    return out;
+  }
+  out += ": HTTP " + std::to_string(failure.http_status);
+  if (failure.error) {
+    out.append(" ").append(Printable(failure.error->code));
+    if (!failure.error->message.empty()) {
+      out.append(": ").append(Printable(failure.error->message));
+    }
+    if (!failure.error->request_id.empty()) {
+      out.append(" (request id ")
+          .append(Printable(failure.error->request_id))
+          .append(")");
+    }
+  }
+  return out;
+}
+
+std::string KeyIdHint(const S3Failure& failure) {
+  return failure.access_key_id.empty()
+             ? std::string("no access key id was configured")
+             : "access key id '" + Printable(failure.access_key_id) + "'";
+}
+
+}  // namespace
+
+bool IsRetryable(const S3Failure& failure) {
+  switch (failure.transport) {
+    case Transport::kConnectFailed:
+    case Transport::kConnectionReset:
+    case Transport::kTimedOut:
+      return true;
+    case Transport::kResolveFailed:
+    case Transport::kTlsFailed:
+      return false;
+    case Transport::kAnswered:
+      break;
+  }
+  // Codes first: CompleteMultipartUpload reports InternalError under 200.
+  if (CodeIn(failure, {"SlowDown", "RequestTimeout", "InternalError",
+                       "ServiceUnavailable", "Throttling",
+                       "ThrottlingException", "RequestLimitExceeded",
+                       "TooManyRequests", "ConditionalRequestConflict",
+                       "OperationAborted"})) {
+    return true;
+  }
+  const int status = failure.http_status;
+  // 501 is a feature the server lacks (such as conditional PUT).
+  return (status >= 500 && status != 501) || status == 429 || status == 408;
+}
+
+Status ToStatus(const S3Failure& failure) {
+  const std::string what = Describe(failure);
+  if (failure.transport != Transport::kAnswered) return StorageError(what);
+  const int status = failure.http_status;
+  if (status == 404 ||
+      CodeIn(failure, {"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})) {
+    return NotFoundError(what);
+  }
+  if (status == 412 || CodeIn(failure, {"PreconditionFailed"})) {
+    return AlreadyExistsError(
+        what + "; the object exists already (another writer came first)");
+  }
+  if (CodeIn(failure, {"InvalidAccessKeyId", "SignatureDoesNotMatch",
+                       "ExpiredToken", "InvalidToken",
+                       "TokenRefreshRequired"})) {
+    return InvalidArgumentError(
+        what + "; the server rejects the credentials of " +
+        KeyIdHint(failure) +
+        ": check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+        "AWS_SESSION_TOKEN, or the profile's credentials");
+  }
+  if (CodeIn(failure, {"RequestTimeTooSkewed"})) {
+    return InvalidArgumentError(
+        what + "; this machine's clock differs too much from the server's");
+  }
+  if (CodeIn(failure, {"AuthorizationHeaderMalformed"})) {
+    return InvalidArgumentError(
+        what + "; check the region (AWS_REGION) and the endpoint");
+  }
+  if (status == 507 ||
+      CodeIn(failure, {"QuotaExceeded", "XMinioStorageFull",
+                       "XMinioAdminBucketQuotaExceeded"})) {
+    return OutOfSpaceError(what);
+  }
+  if (CodeIn(failure, {"EntityTooLarge"})) {
+    return InvalidArgumentError(
+        what + "; the object or part is larger than the store accepts");
+  }
+  if (status == 403 || CodeIn(failure, {"AccessDenied"})) {
+    return StorageError(what + "; " + KeyIdHint(failure) +
+                        " lacks permission for " + failure.operation +
+                        " on bucket '" + failure.bucket + "'");
+  }
+  return StorageError(what);
+}
+
+std::optional<double> BackoffBeforeRetry(
+    const BackoffPolicy& policy, int retry, double remaining_s,
+    const std::function<double()>& uniform01) {
+  // Beyond 2^60 the cap has long taken over; this keeps ldexp finite.
+  const int doublings = std::clamp(retry - 1, 0, 60);
+  const double ceiling =
+      std::min(policy.max_s, std::ldexp(policy.initial_s, doublings));
+  const double wait = uniform01() * ceiling;
+  if (!(wait < remaining_s)) return std::nullopt;
+  return wait;
+}
+
+}  // namespace shardkeep::s3
