@@ -1,4 +1,4 @@
-"""Restoring one pytree checkpointable onto a target (DESIGN.md §6).
+"""Restoring one pytree checkpointable onto a target.
 
 Every box this process needs, of every leaf, is requested from the C++
 reader in one call, so that the reads run in parallel and chunks shared by

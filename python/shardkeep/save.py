@@ -1,8 +1,8 @@
 """Saving: the blocking phase in Python, the background phase in C++.
 
 ``save_async`` returns once every array's bytes are in host buffers the save
-owns; the C++ writer then chunks, writes and commits on its own threads.
-See DESIGN.md §5.
+owns; the C++ writer then chunks, writes and commits on its own threads
+(the commit protocol is described atop cpp/src/engine/save.cc).
 """
 
 from __future__ import annotations
