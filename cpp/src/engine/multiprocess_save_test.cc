@@ -167,6 +167,17 @@ class Job {
   std::vector<std::string> modified_[kProcesses];
 };
 
+// The primary stalls 1.5 s writing _SHARDKEEP: past the others' timeout in
+// tests that give them less.
+void StallPrimaryCommitRecord(Job& job) {
+  job.Inject([](int p, std::string_view op, const std::string& path) {
+    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
+      std::this_thread::sleep_for(milliseconds(1500));
+    }
+    return Status::Ok();
+  });
+}
+
 // Expects no checkpoint at kPath; returns whether there is none.
 bool ExpectNothingCommitted(const std::shared_ptr<Storage>& storage) {
   const Status status = CheckpointReader::Open(storage, kPath).status();
@@ -396,12 +407,7 @@ TEST(MultiprocessSaveTest, PrimaryStalledBeforeCommitDoesNotCommitAfterOthersGav
   // primary must not make the checkpoint visible when it wakes.
   Job job;
   SimulatedGroup group(kProcesses);
-  job.Inject([&](int p, std::string_view op, const std::string& path) {
-    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
-      std::this_thread::sleep_for(milliseconds(1500));
-    }
-    return Status::Ok();
-  });
+  StallPrimaryCommitRecord(job);
   std::vector<Status> statuses = job.SaveAll(group, TrainState(0.5f), TestOptions(0.5));
   for (int p = 1; p < kProcesses; ++p) {
     EXPECT_EQ(statuses[p].code(), StatusCode::kTimeout) << statuses[p].ToString();
@@ -517,12 +523,7 @@ std::vector<Status> SaveAllThrough(
 TEST(MultiprocessSaveTest, UnrecordedAbortReportsTheCommitStateAsUnknown) {
   Job job;
   SimulatedGroup group(kProcesses);
-  job.Inject([&](int p, std::string_view op, const std::string& path) {
-    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
-      std::this_thread::sleep_for(milliseconds(1500));
-    }
-    return Status::Ok();
-  });
+  StallPrimaryCommitRecord(job);
   const TrainState state(0.5f);
   std::vector<Status> statuses = SaveAllThrough(
       job, group, state, TestOptions(0.5),
@@ -545,12 +546,7 @@ TEST(MultiprocessSaveTest, UnrecordedAbortReportsTheCommitStateAsUnknown) {
 TEST(MultiprocessSaveTest, UnrecordedAbortReadsTheOutcomeBack) {
   Job job;
   SimulatedGroup group(kProcesses);
-  job.Inject([&](int p, std::string_view op, const std::string& path) {
-    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
-      std::this_thread::sleep_for(milliseconds(1500));
-    }
-    return Status::Ok();
-  });
+  StallPrimaryCommitRecord(job);
   std::vector<Status> statuses = SaveAllThrough(
       job, group, TrainState(0.5f), TestOptions(0.5),
       [](int p, std::shared_ptr<Coordinator> member) -> std::shared_ptr<Coordinator> {

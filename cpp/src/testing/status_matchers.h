@@ -3,7 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "shardkeep/status.h"
+
+namespace shardkeep::testing {
+
+// True when `text` contains `part`; the failure message shows both.
+inline ::testing::AssertionResult Has(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' lacks '" << part << "'";
+}
+
+}  // namespace shardkeep::testing
 
 #define SK_ASSERT_OK(expr)                                  \
   do {                                                      \

@@ -4,17 +4,12 @@
 
 #include <vector>
 
+#include "testing/status_matchers.h"
+
 namespace shardkeep::s3 {
 namespace {
 
-::testing::AssertionResult Has(const std::string& text,
-                               const std::string& part) {
-  if (text.find(part) != std::string::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "'" << text << "' lacks '" << part << "'";
-}
+using ::shardkeep::testing::Has;
 
 S3Failure Answered(int http_status, std::string code = "",
                    std::string message = "") {

@@ -11,15 +11,7 @@
 namespace shardkeep::s3 {
 namespace {
 
-// True when `text` contains `part`; the failure message shows both.
-::testing::AssertionResult Has(const std::string& text,
-                               const std::string& part) {
-  if (text.find(part) != std::string::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "'" << text << "' lacks '" << part << "'";
-}
+using ::shardkeep::testing::Has;
 
 constexpr char kWhat[] = "ListObjectsV2 s3://bucket/ckpt/";
 
