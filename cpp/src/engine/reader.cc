@@ -391,7 +391,7 @@ class Reader final : public CheckpointReader {
     }
     // The lengths come from an index: check them against the file before
     // sizing a buffer by them.
-    SK_ASSIGN_OR_RETURN(uint64_t file_size, storage_->FileSize(file));
+    SK_ASSIGN_OR_RETURN(uint64_t file_size, DataFileSize(file));
     if (range.offset > file_size || range.length > file_size - range.offset) {
       return CorruptionError(ChunkWhere(part, *range.chunks.back(), file) + " of " +
                              std::to_string(range.chunks.back()->chunk->record.stored_length) +
@@ -452,6 +452,21 @@ class Reader final : public CheckpointReader {
     return Status::Ok();
   }
 
+  // A committed data file never changes, so its size is asked of the
+  // storage once per reader, not once per range (a stat, or a request on an
+  // object store).
+  Result<uint64_t> DataFileSize(const std::string& file) {
+    {
+      std::lock_guard<std::mutex> lock(sizes_mu_);
+      auto known = file_sizes_.find(file);
+      if (known != file_sizes_.end()) return known->second;
+    }
+    SK_ASSIGN_OR_RETURN(uint64_t size, storage_->FileSize(file));
+    std::lock_guard<std::mutex> lock(sizes_mu_);
+    file_sizes_.emplace(file, size);
+    return size;
+  }
+
   std::string ChunkWhere(const OpenCheckpointable& part, const ChunkRead& read,
                          const std::string& file) const {
     const auto& record = read.chunk->record;
@@ -477,6 +492,8 @@ class Reader final : public CheckpointReader {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<LoadedMeta>> metas_;
   std::map<std::string, std::unique_ptr<OpenCheckpointable>> open_;
+  std::mutex sizes_mu_;  // guards file_sizes_ (taken by reader threads)
+  std::map<std::string, uint64_t> file_sizes_;
 };
 
 }  // namespace
