@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ struct StorageFeatures {
   // Exchange() may swap two entries atomically (it still answers false
   // where the file system under the paths cannot).
   bool atomic_exchange = false;
+  // WriteIfAbsent() is atomic: of writers racing to create one path,
+  // exactly one succeeds (an object store's conditional PUT). Backends
+  // without atomic_rename commit through it.
+  bool conditional_create = false;
 };
 
 // A file being written front to back by one thread.
@@ -86,11 +91,31 @@ class Storage {
     (void)b;
     return false;
   }
+  // Creates the file `path` with `data`, durable on return, unless it
+  // exists: AlreadyExists then, changing nothing. Atomic against other
+  // writers where features().conditional_create; the default refuses.
+  virtual Status WriteIfAbsent(const std::string& path, std::string_view data) {
+    (void)data;
+    return StorageError("this storage cannot create " + path +
+                        " conditionally");
+  }
 };
 
 std::shared_ptr<Storage> NewFileStorage();
 // A fresh, empty in-memory store.
 std::shared_ptr<Storage> NewMemoryStorage();
+
+// Settings for s3:// URLs given by the caller (a per-call override for
+// programs that use several stores). Each one that is set wins over the
+// environment and the AWS configuration files.
+struct S3Overrides {
+  std::optional<std::string> access_key_id;
+  std::optional<std::string> secret_access_key;
+  std::optional<std::string> session_token;
+  std::optional<std::string> region;
+  std::optional<std::string> endpoint_url;  // "http://127.0.0.1:8333"
+  std::optional<std::string> profile;
+};
 
 // A backend and the path inside it that a URL names.
 struct StorageLocation {
@@ -101,6 +126,9 @@ struct StorageLocation {
 // "file:///x/y" or "/x/y" or "x/y" → the file backend, path as given (a
 // trailing '/' is dropped). InvalidArgument for an unknown scheme or an
 // empty path.
-Result<StorageLocation> ResolveStorage(const std::string& url);
+// "s3://bucket/prefix" → the S3 backend of `bucket` configured from `s3`,
+// the environment and the AWS files, path "prefix".
+Result<StorageLocation> ResolveStorage(const std::string& url,
+                                       const S3Overrides& s3 = {});
 
 }  // namespace shardkeep

@@ -39,7 +39,9 @@ std::shared_ptr<Storage> ProcessMemoryStorage() {
 
 }  // namespace
 
-Result<StorageLocation> ResolveStorage(const std::string& url) {
+Result<StorageLocation> ResolveStorage(const std::string& url,
+                                       const S3Overrides& s3) {
+  (void)s3;  // used once the S3 backend resolves s3:// URLs
   std::shared_ptr<Storage> storage;
   std::string_view path = url;
   const size_t separator = url.find("://");

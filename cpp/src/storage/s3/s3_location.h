@@ -33,6 +33,7 @@
 #include <string_view>
 
 #include "shardkeep/status.h"
+#include "shardkeep/storage.h"
 #include "storage/s3/sigv4.h"
 
 namespace shardkeep::s3 {
@@ -50,15 +51,9 @@ struct S3Url {
 // an empty, "." or ".." segment.
 Result<S3Url> ParseS3Url(std::string_view url);
 
-// Explicit settings; each one that is set wins over every other source.
-struct S3Overrides {
-  std::optional<std::string> access_key_id;
-  std::optional<std::string> secret_access_key;
-  std::optional<std::string> session_token;
-  std::optional<std::string> region;
-  std::optional<std::string> endpoint_url;  // "http://127.0.0.1:8333"
-  std::optional<std::string> profile;
-};
+// Explicit settings (shardkeep::S3Overrides, storage.h) win over every
+// other source.
+using shardkeep::S3Overrides;
 
 // What configuration is read from, injectable so that tests do not depend
 // on the machine's environment or home directory.
