@@ -1,5 +1,8 @@
 // The save pipeline and its commit protocol. A checkpoint appears whole or
-// not at all:
+// not at all. The steps below are those of storage that renames atomically
+// (POSIX); storage that cannot (object stores) commits by creating
+// _SHARDKEEP conditionally instead, see "Without rename" further down. The
+// storage's features choose.
 //
 //  Blocking phase (caller's thread):
 //   1. Validate the request against its own meta.json. Publish this
@@ -54,6 +57,29 @@
 //
 // A crash before the rename leaves only the temporary folder, which no
 // reader accepts (it has no _SHARDKEEP at <path>) and the next save removes.
+//
+// Without rename (StorageFeatures::conditional_create, no atomic_rename):
+//  - The folder each process writes into is a generation,
+//    <path>/.shardkeep-g<16 hex digits>, drawn at random by the primary in
+//    step 2 and published in the key-value store before "prepared"; the
+//    others read it after that agreement. Step 2 refuses a committed
+//    checkpoint without `force`, and a folder holding anything but
+//    generations without `force`; it deletes nothing (another job may be
+//    writing its own generation there).
+//  - Step 5: the primary writes every meta.json into the generation,
+//    claims the outcome "commit", then (with `force`) reads and deletes the
+//    committed _SHARDKEEP, and creates <path>/_SHARDKEEP naming the
+//    generation ("data_folder") with WriteIfAbsent: that creation is the
+//    commit point. AlreadyExists: another save committed first; the save
+//    fails with AlreadyExists everywhere. Another failure: the record is
+//    read back (ours: committed; absent: not committed, and a record that
+//    `force` deleted is put back; unreadable: CommitStateUnknown).
+//  - After the commit the primary deletes every other generation at <path>
+//    (with `force`, every other entry): they can no longer commit. A
+//    failed save deletes its own generation where the rename protocol
+//    deletes its temporary folder. Between deleting the old record and
+//    creating the new one, a forced save leaves no checkpoint at <path>
+//    (docs/DESIGN_NOTES.md, "Commit on object stores").
 #include <atomic>
 #include <chrono>
 #include <cstdio>
