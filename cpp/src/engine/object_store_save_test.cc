@@ -362,6 +362,32 @@ TEST(ObjectStoreSaveTest, ALostReplyToTheCommitIsSettledByReadingTheRecord) {
   EXPECT_EQ(Generations(*base), std::vector<std::string>{CommittedGeneration(*base)});
 }
 
+// Replacing: the old record's deletion answers a failure after deleting
+// it, and checking for it fails too. The save puts the record back and
+// fails, and the previous checkpoint is committed again.
+TEST(ObjectStoreSaveTest, AnUncertainDeletionOfTheOldRecordPutsItBack) {
+  auto base = NewObjectStore();
+  SK_ASSERT_OK(SaveVersion(base, 1));
+  auto storage = std::make_shared<FaultInjectionStorage>(base);
+  std::atomic<bool> deleted{false};
+  storage->LoseAnswerOn([&](std::string_view op, const std::string&) {
+    if (op != "DeleteFile") return Status::Ok();
+    deleted = true;
+    return StorageError("connection reset");
+  });
+  storage->FailOn([&](std::string_view op, const std::string& path) {
+    return deleted && op == "Exists" && path == kRecord ? StorageError("timed out")
+                                                        : Status::Ok();
+  });
+  const Status status = SaveVersion(storage, 2, /*force=*/true);
+  EXPECT_EQ(status.code(), StatusCode::kStorage) << status.ToString();
+  EXPECT_NE(status.message().find("removing the record of the checkpoint it replaces"),
+            std::string::npos)
+      << status.ToString();
+  EXPECT_EQ(CommittedVersion(base), 1.f);
+  EXPECT_EQ(Generations(*base), std::vector<std::string>{CommittedGeneration(*base)});
+}
+
 // Neither a lost reply nor a readable record: the outcome cannot be known.
 TEST(ObjectStoreSaveTest, AnUnreadableRecordAfterAFailedCommitIsCommitStateUnknown) {
   auto base = NewObjectStore();

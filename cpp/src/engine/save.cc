@@ -722,9 +722,16 @@ class SaveOperation {
     const std::string context = "save of " + request_.path +
                                 ": removing the record of the checkpoint it replaces";
     if (still_there.ok()) return deleted.WithContext(context);
+    // Unknown whether it is gone: creating it again either puts it back or
+    // finds it still there; either way the previous checkpoint stays.
+    const Status restored = storage_->WriteIfAbsent(file, *previous);
+    if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
+      return deleted.WithContext(context);
+    }
     return StorageError(context + " failed (" + deleted.ToString() +
-                        ") and whether it is still there is unknown (" +
-                        still_there.status().ToString() + "); if " + file +
+                        "), and neither checking for it (" +
+                        still_there.status().ToString() + ") nor putting it back (" +
+                        restored.ToString() + ") worked; if " + file +
                         " is gone, nothing is committed at " + request_.path);
   }
 
