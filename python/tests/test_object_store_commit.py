@@ -98,3 +98,37 @@ def test_the_manager_keeps_and_cleans_an_object_store_root(tmp_path, storage_fau
         assert mgr.metrics(6) == {"loss": 0.1}
         assert_same_bits(mgr.load(6)["params"]["w"], np.asarray(state(6)["params"]["w"]))
     assert entries(root) == {"04": "committed", "06": "committed"}
+
+
+def _move_into_generation(ckpt, generation):
+    """Rewrites a POSIX checkpoint into the generation layout of FORMAT.md section 1."""
+    (ckpt / generation).mkdir()
+    (ckpt / "state").rename(ckpt / generation / "state")
+    record = json.loads((ckpt / "_SHARDKEEP").read_text())
+    record["data_folder"] = generation
+    (ckpt / "_SHARDKEEP").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("map_files", [True, False])
+def test_a_bucket_checkpoint_copied_to_a_file_system_loads(tmp_path, map_files):
+    # As if downloaded from a bucket: the data sits in the generation the
+    # record names, and loading (mapped or read) follows it.
+    ckpt = tmp_path / "ckpt"
+    sk.save(str(ckpt), state(3))
+    _move_into_generation(ckpt, ".shardkeep-g0123456789abcdef")
+    out = sk.load(str(ckpt), state(0), options=sk.Options(map_files=map_files))
+    assert_same_bits(out["params"]["w"], np.asarray(state(3)["params"]["w"]))
+    assert sk.metadata(str(ckpt)).step is None
+
+
+def test_a_data_folder_leaving_the_checkpoint_is_refused(tmp_path):
+    other = tmp_path / "other"
+    sk.save(str(other), state(9))
+    ckpt = tmp_path / "ckpt"
+    sk.save(str(ckpt), state(3))
+    record = json.loads((ckpt / "_SHARDKEEP").read_text())
+    record["data_folder"] = "../other"
+    (ckpt / "_SHARDKEEP").write_text(json.dumps(record))
+    with pytest.raises(sk.CorruptionError, match="data_folder"):
+        sk.load(str(ckpt))
+    assert entries(str(tmp_path))["ckpt"] == "rejected"
