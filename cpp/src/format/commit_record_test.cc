@@ -90,6 +90,18 @@ TEST(CommitRecordGolden, EncoderMatchesGoldenByteForByte) {
   EXPECT_EQ(EncodeCommitRecord(GoldenRecord()), golden);
 }
 
+// cpp/testdata/format/golden_generation_SHARDKEEP: the golden record as an
+// object-store save writes it, with "data_folder" after "process_count".
+TEST(CommitRecordGolden, GenerationRecordMatchesGoldenByteForByte) {
+  const std::string golden = ReadTestFile("golden_generation_SHARDKEEP");
+  ASSERT_FALSE(golden.empty());
+  CommitRecord record = GoldenRecord();
+  record.data_folder = ".shardkeep-g3f09a1c27d54be80";
+  EXPECT_EQ(EncodeCommitRecord(record), golden);
+  SK_ASSERT_OK_AND_ASSIGN(auto decoded, DecodeCommitRecord(golden, kFile));
+  ExpectSameRecord(decoded, record);
+}
+
 TEST(CommitRecordGolden, DecoderReadsGolden) {
   SK_ASSERT_OK_AND_ASSIGN(
       auto r, DecodeCommitRecord(ReadTestFile("golden_SHARDKEEP"), kFile));
