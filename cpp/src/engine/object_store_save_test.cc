@@ -164,6 +164,14 @@ TEST(ObjectStoreSaveTest, SingleProcessSaveCommitsIntoAGeneration) {
   EXPECT_EQ(storage->Count("Exchange"), 0);
   EXPECT_EQ(storage->Count("SyncDir"), 0);
   EXPECT_EQ(storage->Count("WriteIfAbsent"), 1);
+
+  // The S3 backend's features: durable writes, still nothing to sync.
+  storage->OverrideFeatures({.atomic_rename = false, .durable_sync = true,
+                             .atomic_exchange = false, .conditional_create = true});
+  SK_ASSERT_OK(SaveVersion(storage, 2, /*force=*/true));
+  EXPECT_EQ(CommittedVersion(base), 2.f);
+  EXPECT_EQ(storage->Count("Rename") + storage->Count("Exchange") + storage->Count("SyncDir"),
+            0);
 }
 
 TEST(ObjectStoreSaveTest, MultiProcessSaveCommitsAndLoads) {

@@ -650,16 +650,10 @@ class SaveOperation {
   Status CommitGeneration() {
     format::CommitRecord record = NewRecord();
     record.data_folder = generation_;
+    // No folder syncs: on a store that creates objects conditionally, each
+    // object is durable once its write returns, and folders are only key
+    // prefixes.
     SK_RETURN_IF_ERROR(WriteMetas());
-    // Each object is durable once its write returns; only a backend that
-    // also has folders to sync (none so far) needs more.
-    if (features_.durable_sync) {
-      for (const CheckpointablePayload& part : request_.parts) {
-        for (const char* sub : {"/data", "/index", ""}) {
-          SK_RETURN_IF_ERROR(storage_->SyncDir(root_ + "/" + part.name + sub));
-        }
-      }
-    }
     record.committed_ns = NowNs();
     const std::string bytes = format::EncodeCommitRecord(record);
     SK_RETURN_IF_ERROR(ClaimCommit());
