@@ -74,9 +74,10 @@ Options TestOptions() {
   return options;
 }
 
-// One job of `processes` simulated processes saving version `version`.
-std::vector<Status> SaveJob(std::shared_ptr<Storage> storage, int processes,
-                            float version, bool force = false) {
+// One job of `processes` simulated processes saving version `version`,
+// process p through storage_of(p).
+std::vector<Status> SaveJobWith(const std::function<std::shared_ptr<Storage>(int)>& storage_of,
+                                int processes, float version, bool force) {
   const State state(version);
   const std::string operation_id = NextOperationId();
   SimulatedGroup group(processes);
@@ -84,13 +85,18 @@ std::vector<Status> SaveJob(std::shared_ptr<Storage> storage, int processes,
   std::vector<std::thread> threads;
   for (int p = 0; p < processes; ++p) {
     threads.emplace_back([&, p] {
-      statuses[p] = Save(storage, group.Member(p),
+      statuses[p] = Save(storage_of(p), group.Member(p),
                          RequestOf(p, processes, state, force, operation_id),
                          TestOptions());
     });
   }
   for (std::thread& thread : threads) thread.join();
   return statuses;
+}
+
+std::vector<Status> SaveJob(std::shared_ptr<Storage> storage, int processes,
+                            float version, bool force = false) {
+  return SaveJobWith([&](int) { return storage; }, processes, version, force);
 }
 
 Status SaveVersion(std::shared_ptr<Storage> storage, float version, bool force = false) {
@@ -566,6 +572,63 @@ TEST_P(ObjectStoreFaultTest, CrashAtAnyCallNeverLeavesAMix) {
     EXPECT_EQ(Generations(*base), std::vector<std::string>{CommittedGeneration(*base)});
   }
   if (force) EXPECT_EQ(gaps, 1) << "the force window is one call wide";
+}
+
+// Four processes replace version 1 with force; the k-th storage call of
+// process p fails (p = 0, the primary, and p = 2). Every process reports
+// the same outcome, the path holds version 1 or 2 whole, and a failed
+// save leaves no generation of its own.
+TEST(ObjectStoreMultiProcessFaultTest, FailureAtAnyCallOfAnyProcess) {
+  constexpr int kProcesses = 4;
+  for (int faulty : {0, 2}) {
+    // How many calls that process makes in a forced save.
+    int calls = 0;
+    {
+      auto base = NewObjectStore();
+      ASSERT_TRUE(SaveJob(base, kProcesses, 1)[0].ok());
+      auto counted = std::make_shared<FaultInjectionStorage>(base);
+      std::atomic<int> seen{0};
+      counted->FailOn([&](std::string_view, const std::string&) {
+        ++seen;
+        return Status::Ok();
+      });
+      for (const Status& status : SaveJobWith(
+               [&](int p) { return p == faulty ? counted : base; }, kProcesses, 2, true)) {
+        SK_ASSERT_OK(status);
+      }
+      calls = seen;
+    }
+    ASSERT_GT(calls, 3);
+    for (int k = 1; k <= calls; ++k) {
+      SCOPED_TRACE("process " + std::to_string(faulty) + ", failure at call " +
+                   std::to_string(k));
+      auto base = NewObjectStore();
+      ASSERT_TRUE(SaveJob(base, kProcesses, 1)[0].ok());
+      const std::vector<std::string> before = Generations(*base);
+      auto storage = std::make_shared<FaultInjectionStorage>(base);
+      std::atomic<int> seen{0};
+      std::string failed_op;
+      storage->FailOn([&](std::string_view op, const std::string& path) {
+        if (++seen != k) return Status::Ok();
+        failed_op = op;
+        return StorageError("injected " + std::string(op) + " failure at " + path);
+      });
+      const std::vector<Status> statuses = SaveJobWith(
+          [&](int p) { return p == faulty ? storage : base; }, kProcesses, 2, true);
+      const bool committed = statuses[0].ok();
+      for (const Status& status : statuses) {
+        EXPECT_EQ(status.ok(), committed) << status.ToString();
+        EXPECT_NE(status.code(), StatusCode::kCommitStateUnknown) << status.ToString();
+      }
+      EXPECT_EQ(CommittedVersion(base), committed ? 2.f : 1.f) << statuses[0].ToString();
+      const bool cleanup_failed = failed_op == "DeleteRecursive" || failed_op == "List";
+      if (!cleanup_failed) {
+        EXPECT_EQ(Generations(*base),
+                  committed ? std::vector<std::string>{CommittedGeneration(*base)} : before)
+            << failed_op;
+      }
+    }
+  }
 }
 
 }  // namespace
