@@ -100,9 +100,12 @@ Result<std::unique_ptr<SeaweedServer>> SeaweedServer::Start() {
   server->dir_ = MakeTempDir();
   std::filesystem::create_directories(server->dir_ + "/data");
   std::ofstream credentials(server->dir_ + "/s3.json");
-  credentials << "{\"identities\":[{\"name\":\"shardkeep\",\"credentials\":[{"
+  credentials << "{\"identities\":[{\"name\":\"tests\",\"credentials\":[{"
                  "\"accessKey\":\"" << kAccessKeyId << "\",\"secretKey\":\""
               << kSecretAccessKey
+              << "\"}],\"actions\":[\"Read\",\"Write\",\"List\",\"Tagging\"]},"
+                 "{\"name\":\"admin\",\"credentials\":[{\"accessKey\":\""
+              << kAdminKeyId << "\",\"secretKey\":\"" << kAdminSecret
               << "\"}],\"actions\":[\"Admin\",\"Read\",\"Write\",\"List\","
                  "\"Tagging\"]}]}";
   credentials.close();
@@ -225,7 +228,10 @@ s3::S3Config SeaweedServer::config() const {
 }
 
 Status SeaweedServer::CreateBucket(const std::string& bucket) const {
-  const s3::S3Client client(config(), bucket, s3::NewCurlTransport(), {});
+  s3::S3Config admin = config();
+  admin.credentials.access_key_id = kAdminKeyId;
+  admin.credentials.secret_access_key = kAdminSecret;
+  const s3::S3Client client(admin, bucket, s3::NewCurlTransport(), {});
   s3::S3Request create;
   create.operation = "CreateBucket";
   create.method = "PUT";

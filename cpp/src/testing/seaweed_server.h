@@ -22,8 +22,13 @@ namespace shardkeep::testing {
 
 class SeaweedServer {
  public:
+  // The tests' credentials: read, write and list, but no administration,
+  // since SeaweedFS lets an administrator's PUT create a missing bucket.
   static constexpr const char* kAccessKeyId = "AKIASHARDKEEPTEST";
   static constexpr const char* kSecretAccessKey = "shardkeep-test-secret";
+  // Creates the buckets.
+  static constexpr const char* kAdminKeyId = "AKIASHARDKEEPADMIN";
+  static constexpr const char* kAdminSecret = "shardkeep-admin-secret";
 
   // Starts a server and waits until a signed ListBuckets succeeds.
   static Result<std::unique_ptr<SeaweedServer>> Start();

@@ -36,6 +36,20 @@ class MultipartWriter final : public WritableFile {
   }
 
   Status Append(const void* data, size_t size) override {
+    const Status status = AppendOrFail(data, size);
+    if (!status.ok()) {
+      // Nothing more will be uploaded: abort now rather than at Close.
+      WaitForParts(/*borrowed_only=*/false);
+      Abort();
+    }
+    return status;
+  }
+
+  Status Sync() override { return Finish(); }
+  Status Close() override { return Finish(); }
+
+ private:
+  Status AppendOrFail(const void* data, size_t size) {
     if (finished_) {
       return InternalError("Append to " + client_->Url(key_) +
                            " after Sync or Close");
@@ -72,10 +86,6 @@ class MultipartWriter final : public WritableFile {
     return Status::Ok();
   }
 
-  Status Sync() override { return Finish(); }
-  Status Close() override { return Finish(); }
-
- private:
   struct Job {
     int number = 0;
     std::string owned;      // the part's bytes when buffered here

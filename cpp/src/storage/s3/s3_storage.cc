@@ -1,6 +1,9 @@
 #include "storage/s3/s3_storage.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -185,21 +188,25 @@ class S3Storage final : public Storage {
     std::vector<std::string> keys;
     if (!key.empty() && key.back() != '/') keys.push_back(key);
     SK_ASSIGN_OR_RETURN(ListObjectsPage all, client_->ListAll(prefix, ""));
+    // Servers that keep folders (SeaweedFS) leave an empty one behind each
+    // deleted key's parent, which listings would still show; deleting the
+    // folder names, deepest first, removes them. Elsewhere those keys do
+    // not exist and deleting them changes nothing.
+    std::map<size_t, std::set<std::string>, std::greater<size_t>> folders;
+    if (!prefix.empty()) folders[Depth(prefix)].insert(prefix);
     for (ListedObject& object : all.objects) {
+      for (size_t slash = object.key.find('/', prefix.size());
+           slash != std::string::npos;
+           slash = object.key.find('/', slash + 1)) {
+        std::string folder = object.key.substr(0, slash + 1);
+        folders[Depth(folder)].insert(std::move(folder));
+      }
       keys.push_back(std::move(object.key));
     }
-    for (size_t begin = 0; begin < keys.size(); begin += kDeleteBatch) {
-      const size_t end = std::min(keys.size(), begin + kDeleteBatch);
-      const std::vector<std::string> batch(keys.begin() + begin,
-                                           keys.begin() + end);
-      if (EncodeDeleteObjects(batch).ok()) {
-        SK_RETURN_IF_ERROR(client_->DeleteObjects(batch));
-        continue;
-      }
-      // A key XML cannot carry: one by one.
-      for (const std::string& one : batch) {
-        SK_RETURN_IF_ERROR(client_->DeleteObject(one));
-      }
+    SK_RETURN_IF_ERROR(DeleteKeys(keys));
+    for (auto& [depth, level] : folders) {
+      SK_RETURN_IF_ERROR(
+          DeleteKeys(std::vector<std::string>(level.begin(), level.end())));
     }
     return Status::Ok();
   }
@@ -227,6 +234,28 @@ class S3Storage final : public Storage {
                                   " names no object (empty or ending in '/')");
     }
     return key;
+  }
+
+  static size_t Depth(const std::string& key) {
+    return static_cast<size_t>(std::count(key.begin(), key.end(), '/'));
+  }
+
+  // DeleteObjects batches of up to 1000 keys.
+  Status DeleteKeys(const std::vector<std::string>& keys) const {
+    for (size_t begin = 0; begin < keys.size(); begin += kDeleteBatch) {
+      const size_t end = std::min(keys.size(), begin + kDeleteBatch);
+      const std::vector<std::string> batch(keys.begin() + begin,
+                                           keys.begin() + end);
+      if (EncodeDeleteObjects(batch).ok()) {
+        SK_RETURN_IF_ERROR(client_->DeleteObjects(batch));
+        continue;
+      }
+      // A key XML cannot carry: one by one.
+      for (const std::string& one : batch) {
+        SK_RETURN_IF_ERROR(client_->DeleteObject(one));
+      }
+    }
+    return Status::Ok();
   }
 
   const std::shared_ptr<const S3Client> client_;
