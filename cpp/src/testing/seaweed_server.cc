@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -59,23 +60,36 @@ std::string FindWeed() {
   return "";
 }
 
-// A port free now; another process may take it before weed does, which
-// Start() then reports rather than hangs on.
-Result<int> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoError("socket", errno);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoError("binding a loopback port", err);
+// Ports free now, all different: each socket stays bound until all are
+// chosen. Another process may take one before weed binds it; Start() then
+// tries again with new ones.
+Result<std::vector<int>> FreePorts(size_t count) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  Status status;
+  for (size_t i = 0; i < count && status.ok(); ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+      status = ErrnoError("socket", errno);
+      break;
+    }
+    fds.push_back(fd);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+            0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) !=
+            0) {
+      status = ErrnoError("binding a loopback port", errno);
+      break;
+    }
+    ports.push_back(ntohs(address.sin_port));
   }
-  ::close(fd);
-  return static_cast<int>(ntohs(address.sin_port));
+  for (const int fd : fds) ::close(fd);
+  if (!status.ok()) return status;
+  return ports;
 }
 
 std::string ReadLogTail(const std::string& path) {
@@ -109,11 +123,22 @@ Result<std::unique_ptr<SeaweedServer>> SeaweedServer::Start() {
               << "\"}],\"actions\":[\"Admin\",\"Read\",\"Write\",\"List\","
                  "\"Tagging\"]}]}";
   credentials.close();
-  for (const char* flag : kPortFlags) {
-    SK_ASSIGN_OR_RETURN(server->ports_[flag], FreePort());
+  Status launched;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    SK_ASSIGN_OR_RETURN(std::vector<int> ports,
+                        FreePorts(std::size(kPortFlags)));
+    for (size_t i = 0; i < ports.size(); ++i) {
+      server->ports_[kPortFlags[i]] = ports[i];
+    }
+    launched = server->Launch();
+    if (launched.ok()) return server;
+    // A port taken in between: try others.
+    if (launched.message().find("address already in use") ==
+        std::string::npos) {
+      break;
+    }
   }
-  SK_RETURN_IF_ERROR(server->Launch());
-  return server;
+  return launched;
 }
 
 SeaweedServer::~SeaweedServer() {
