@@ -55,6 +55,7 @@ class MultipartWriter final : public WritableFile {
                            " after Sync or Close");
     }
     SK_RETURN_IF_ERROR(FirstError());
+    bytes_ += size;
     std::string_view rest(static_cast<const char*>(data), size);
     // Tops up a partly filled buffer first, so parts stay in order.
     if (!buffer_.empty()) {
@@ -227,7 +228,17 @@ class MultipartWriter final : public WritableFile {
     for (auto& [number, etag] : etags_) {
       parts.push_back(CompletedPart{number, std::move(etag)});
     }
-    return client_->CompleteMultipartUpload(key_, upload_id_, parts);
+    const Status completed =
+        client_->CompleteMultipartUpload(key_, upload_id_, parts);
+    if (completed.code() != StatusCode::kCommitStateUnknown) return completed;
+    // Our lost attempt completed it when the object has exactly our size
+    // (before, it held the empty object OpenForAppend put there).
+    Result<std::optional<uint64_t>> size = client_->HeadObject(key_);
+    if (size.ok() && *size && **size == bytes_ && bytes_ > 0) {
+      upload_id_.clear();  // nothing left to abort
+      return Status::Ok();
+    }
+    return completed;
   }
 
   const std::shared_ptr<const S3Client> client_;
@@ -237,6 +248,7 @@ class MultipartWriter final : public WritableFile {
   std::string buffer_;  // the part being gathered
   std::string upload_id_;
   int next_part_ = 1;
+  uint64_t bytes_ = 0;  // appended in all
   bool finished_ = false;
   Status finish_status_;
 

@@ -360,7 +360,16 @@ Status S3Client::CompleteMultipartUpload(
     if (decoded.ok() && decoded->error) return decoded->error;
     return std::nullopt;
   };
+  request.handled_statuses = {404};
   SK_ASSIGN_OR_RETURN(S3Answer answer, Execute(request));
+  if (answer.response.status == 404) {
+    if (answer.earlier_attempt_may_have_applied) {
+      return CommitStateUnknownError(
+          what + ": the upload is gone after an attempt whose answer was "
+          "lost; that attempt may have completed it");
+    }
+    return NotFoundError(what + ": HTTP 404, no such upload");
+  }
   return DecodeCompleteMultipartUpload(answer.response.body, what).status();
 }
 

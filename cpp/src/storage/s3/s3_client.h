@@ -112,6 +112,8 @@ class S3Client {
   Result<std::string> UploadPart(const std::string& key,
                                  const std::string& upload_id, int number,
                                  std::string_view data) const;
+  // CommitStateUnknown when the upload is gone (404) after an attempt
+  // whose answer was lost, which may have completed it.
   Status CompleteMultipartUpload(const std::string& key,
                                  const std::string& upload_id,
                                  const std::vector<CompletedPart>& parts) const;

@@ -354,6 +354,31 @@ TEST_F(S3StorageTest, ConditionalPutWhoseAnswerWasLostSucceeds) {
   EXPECT_EQ(content, "mine");
 }
 
+TEST_F(S3StorageTest, CompletedUploadWhoseAnswerWasLostSucceeds) {
+  auto faulty = std::make_shared<FaultyTransport>(SharedCurl());
+  std::atomic<int> completes{0};
+  // CompleteMultipartUpload reaches the server, but its answer is lost.
+  faulty->SetFault([&completes](const HttpRequest& request) {
+    const bool complete = request.method == "POST" &&
+                          request.url.find("uploadId=") != std::string::npos;
+    return complete && completes++ == 0 ? FaultyTransport::Action::kDropAfter
+                                        : FaultyTransport::Action::kPass;
+  });
+  auto storage = NewS3Storage(
+      ClientFor(server_->config(), kBucket, /*timeout_s=*/30, faulty),
+      SmallParts());
+  const std::string data = TestBytes(size_t{11} << 20, 11);
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                          storage->OpenForAppend(root_ + "/lost"));
+  SK_ASSERT_OK(file->Append(data.data(), data.size()));
+  SK_ASSERT_OK(file->Close());
+  EXPECT_EQ(completes.load(), 2);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content,
+                          storage->ReadAll(root_ + "/lost"));
+  EXPECT_TRUE(content == data);
+  EXPECT_TRUE(OpenUploads().empty());
+}
+
 TEST_F(S3StorageTest, ServerStoppedFailsWithinTimeoutThenRecovers) {
   auto storage = NewS3Storage(
       ClientFor(server_->config(), kBucket, /*timeout_s=*/5), SmallParts());
