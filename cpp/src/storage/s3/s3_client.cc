@@ -384,9 +384,9 @@ Status S3Client::AbortMultipartUpload(const std::string& key,
   return Execute(request).status();
 }
 
-Result<std::vector<std::string>> S3Client::ListMultipartUploads(
-    const std::string& prefix) const {
-  std::vector<std::string> keys;
+Result<std::vector<MultipartUploadsPage::Upload>>
+S3Client::ListMultipartUploads(const std::string& prefix) const {
+  std::vector<MultipartUploadsPage::Upload> uploads;
   std::string key_marker;
   std::string upload_id_marker;
   while (true) {
@@ -403,8 +403,8 @@ Result<std::vector<std::string>> S3Client::ListMultipartUploads(
         MultipartUploadsPage page,
         DecodeListMultipartUploads(answer.response.body,
                                    "ListMultipartUploads " + Url(prefix)));
-    for (auto& upload : page.uploads) keys.push_back(std::move(upload.key));
-    if (!page.is_truncated) return keys;
+    for (auto& upload : page.uploads) uploads.push_back(std::move(upload));
+    if (!page.is_truncated) return uploads;
     key_marker = page.next_key_marker;
     upload_id_marker = page.next_upload_id_marker;
   }

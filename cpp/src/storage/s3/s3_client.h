@@ -119,8 +119,8 @@ class S3Client {
                                  const std::vector<CompletedPart>& parts) const;
   Status AbortMultipartUpload(const std::string& key,
                               const std::string& upload_id) const;
-  // Keys of the multipart uploads in progress under `prefix`.
-  Result<std::vector<std::string>> ListMultipartUploads(
+  // The multipart uploads in progress whose keys start with `prefix`.
+  Result<std::vector<MultipartUploadsPage::Upload>> ListMultipartUploads(
       const std::string& prefix) const;
 
  private:

@@ -204,6 +204,16 @@ class S3Storage final : public Storage {
       keys.push_back(std::move(object.key));
     }
     SK_RETURN_IF_ERROR(DeleteKeys(keys));
+    // Uploads left open by writers that died mid-file hold parts the store
+    // keeps (and bills) until they are aborted.
+    SK_ASSIGN_OR_RETURN(std::vector<MultipartUploadsPage::Upload> uploads,
+                        client_->ListMultipartUploads(key));
+    for (const MultipartUploadsPage::Upload& upload : uploads) {
+      if (upload.key == key || upload.key.rfind(prefix, 0) == 0) {
+        SK_RETURN_IF_ERROR(
+            client_->AbortMultipartUpload(upload.key, upload.upload_id));
+      }
+    }
     for (auto& [depth, level] : folders) {
       SK_RETURN_IF_ERROR(
           DeleteKeys(std::vector<std::string>(level.begin(), level.end())));

@@ -141,10 +141,13 @@ class S3StorageTest : public ::testing::Test {
 
   // The keys of multipart uploads still open under this test's prefix.
   std::vector<std::string> OpenUploads() {
-    Result<std::vector<std::string>> keys =
+    Result<std::vector<MultipartUploadsPage::Upload>> uploads =
         client_->ListMultipartUploads(root_ + "/");
-    EXPECT_TRUE(keys.ok()) << keys.status().ToString();
-    return keys.ok() ? *keys : std::vector<std::string>{"<listing failed>"};
+    EXPECT_TRUE(uploads.ok()) << uploads.status().ToString();
+    if (!uploads.ok()) return {"<listing failed>"};
+    std::vector<std::string> keys;
+    for (const auto& upload : *uploads) keys.push_back(upload.key);
+    return keys;
   }
 
   SeaweedServer* server_ = nullptr;
@@ -223,6 +226,22 @@ TEST_F(S3StorageTest, DestroyedWithoutCloseAbortsTheUpload) {
     SK_ASSERT_OK(file->Append(data.data(), data.size()));
     EXPECT_EQ(OpenUploads().size(), 1u);
   }
+  EXPECT_TRUE(OpenUploads().empty());
+}
+
+TEST_F(S3StorageTest, DeleteRecursiveAbortsUploadsLeftOpen) {
+  // A writer that died mid-file leaves its upload open.
+  for (const char* name : {"ckpt/d/0", "ckpt", "ckpt2/x"}) {
+    const std::string key = root_ + "/" + name;
+    SK_ASSERT_OK_AND_ASSIGN(std::string id, client_->CreateMultipartUpload(key));
+    SK_ASSERT_OK(client_->UploadPart(key, id, 1, TestBytes(1000)).status());
+  }
+  SK_ASSERT_OK(storage_->WriteAll(root_ + "/ckpt/meta", "m", false));
+  EXPECT_EQ(OpenUploads().size(), 3u);
+  SK_ASSERT_OK(storage_->DeleteRecursive(root_ + "/ckpt"));
+  // The sibling whose name only starts the same stays.
+  EXPECT_EQ(OpenUploads(), std::vector<std::string>{root_ + "/ckpt2/x"});
+  SK_ASSERT_OK(storage_->DeleteRecursive(root_));
   EXPECT_TRUE(OpenUploads().empty());
 }
 
