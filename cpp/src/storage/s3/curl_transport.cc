@@ -1,6 +1,7 @@
 #include "storage/s3/curl_transport.h"
 
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -230,6 +231,14 @@ class CurlTransport final : public HttpTransport {
   CURL* Acquire() {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (const pid_t pid = ::getpid(); pid != pid_) {
+        // A forked child: the pooled handles' connections are the
+        // parent's sockets, and talking on them would mix two processes'
+        // requests on one stream. Leave them alone (cleaning up could
+        // close the parent's TLS sessions) and start afresh.
+        idle_.clear();
+        pid_ = pid;
+      }
       if (!idle_.empty()) {
         CURL* handle = idle_.back();
         idle_.pop_back();
@@ -243,7 +252,7 @@ class CurlTransport final : public HttpTransport {
     // Clears the options of this exchange but keeps the live connection.
     curl_easy_reset(handle);
     std::lock_guard<std::mutex> lock(mu_);
-    if (idle_.size() < kMaxIdleHandles) {
+    if (idle_.size() < kMaxIdleHandles && ::getpid() == pid_) {
       idle_.push_back(handle);
       return;
     }
@@ -252,6 +261,7 @@ class CurlTransport final : public HttpTransport {
 
   std::mutex mu_;
   std::vector<CURL*> idle_;
+  pid_t pid_ = ::getpid();  // the process the idle handles belong to
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include "storage/s3/s3_storage.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -243,6 +245,31 @@ TEST_F(S3StorageTest, DeleteRecursiveAbortsUploadsLeftOpen) {
   EXPECT_EQ(OpenUploads(), std::vector<std::string>{root_ + "/ckpt2/x"});
   SK_ASSERT_OK(storage_->DeleteRecursive(root_));
   EXPECT_TRUE(OpenUploads().empty());
+}
+
+TEST_F(S3StorageTest, ForkedChildDoesNotShareTheParentsConnections) {
+  // Both processes talk at once through a storage whose pool held open
+  // connections at the fork (multi-process jobs started with fork).
+  SK_ASSERT_OK(storage_->WriteAll(root_ + "/warm", "x", false));
+  auto run = [&](const std::string& who) {
+    int failures = 0;
+    for (int i = 0; i < 150; ++i) {
+      const std::string path = root_ + "/" + who + std::to_string(i % 5);
+      const std::string value = who + std::to_string(i);
+      Result<std::string> read = storage_->WriteAll(path, value, false).ok()
+                                     ? storage_->ReadAll(path)
+                                     : Result<std::string>(StorageError(""));
+      if (!read.ok() || *read != value) ++failures;
+    }
+    return failures;
+  };
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(run("child") == 0 ? 0 : 1);
+  EXPECT_EQ(run("parent"), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST_F(S3StorageTest, LargeWriteAllGoesUpInParts) {
