@@ -158,6 +158,11 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
         Result<ErrorDocument> document = DecodeErrorDocument(
             response.body, request.operation + " " + Url(request.key));
         if (document.ok()) failure.error = std::move(document).value();
+      } else if (request.method == "HEAD" && response.status >= 400 &&
+                 response.status < 500) {
+        // HEAD answers carry no Error document; a one-byte GET of the
+        // same object says what is wrong (a wrong secret, say).
+        failure.error = DiagnoseHead(request.key);
       }
     }
     if (!IsRetryable(failure)) {
@@ -184,6 +189,41 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
     }
     clock_.sleep_s(*wait);
   }
+}
+
+std::optional<ErrorDocument> S3Client::DiagnoseHead(
+    const std::string& key) const {
+  const S3ObjectAddress address = AddressObject(config_, bucket_, key);
+  HttpRequestToSign to_sign;
+  to_sign.method = "GET";
+  to_sign.host = address.host;
+  to_sign.path = address.path;
+  to_sign.headers = {{"Range", "bytes=0-0"}};
+  const SigningContext context{config_.credentials, config_.region, "s3",
+                               clock_.wall()};
+  Result<SigV4Signature> signature = SignS3Request(to_sign, context);
+  if (!signature.ok()) return std::nullopt;
+  HttpRequest http;
+  http.method = "GET";
+  http.url = address.base_url + UriEncode(address.path, true);
+  http.headers = to_sign.headers;
+  http.headers.emplace_back("Host", address.host);
+  for (auto& header : signature->headers_to_add) {
+    http.headers.push_back(std::move(header));
+  }
+  char byte = 0;
+  http.dst = &byte;
+  http.dst_capacity = 1;
+  http.timeout_s = std::min(10.0, options_.timeout_s);
+  HttpResponse response;
+  transport_->Perform(http, &response);
+  if (response.transport != Transport::kAnswered || response.body.empty()) {
+    return std::nullopt;
+  }
+  Result<ErrorDocument> document =
+      DecodeErrorDocument(response.body, "GetObject " + Url(key));
+  if (!document.ok()) return std::nullopt;
+  return std::move(document).value();
 }
 
 Result<S3Answer> S3Client::GetRange(const std::string& key, uint64_t offset,

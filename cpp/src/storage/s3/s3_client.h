@@ -124,6 +124,9 @@ class S3Client {
       const std::string& prefix) const;
 
  private:
+  // The Error document a HEAD could not carry, from a one-byte GET.
+  std::optional<ErrorDocument> DiagnoseHead(const std::string& key) const;
+
   S3Config config_;
   std::string bucket_;
   std::shared_ptr<HttpTransport> transport_;

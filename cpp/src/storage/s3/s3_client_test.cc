@@ -153,6 +153,26 @@ TEST_F(S3ClientTest, ForbiddenIsNotRetriedAndNamesKeyIdNotSecret) {
   EXPECT_FALSE(Has(status.message(), kSecret));
 }
 
+TEST_F(S3ClientTest, RefusedHeadIsExplainedByAOneByteGet) {
+  transport_->Then(ScriptedTransport::Status(403, ""));  // HEAD: no body
+  transport_->Then(ScriptedTransport::Error(403, "SignatureDoesNotMatch"));
+  const Status status = Client().HeadObject("k").status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_TRUE(Has(status.message(), "HeadObject s3://bucket/k"));
+  EXPECT_TRUE(Has(status.message(), "SignatureDoesNotMatch"));
+  EXPECT_TRUE(Has(status.message(), "AKIDEXAMPLE"));
+  ASSERT_EQ(transport_->requests.size(), 2u);
+  EXPECT_EQ(transport_->requests[1].method, "GET");
+  EXPECT_EQ(transport_->requests[1].dst_capacity, 1u);
+
+  // A missing object is an answer, not a failure to explain.
+  transport_->Then(ScriptedTransport::Status(404, ""));
+  SK_ASSERT_OK_AND_ASSIGN(std::optional<uint64_t> size,
+                          Client().HeadObject("k"));
+  EXPECT_FALSE(size.has_value());
+  EXPECT_EQ(transport_->requests.size(), 3u);
+}
+
 TEST_F(S3ClientTest, ClientErrorsAreNotRetried) {
   const std::vector<std::pair<HttpResponse, StatusCode>> cases = {
       {ScriptedTransport::Error(404, "NoSuchKey"), StatusCode::kNotFound},

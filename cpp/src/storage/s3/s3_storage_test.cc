@@ -288,7 +288,8 @@ TEST_F(S3StorageTest, WrongSecretNamesTheKeyIdNotTheSecret) {
   for (const Status& status :
        {storage->WriteAll(root_ + "/f", "x", false),
         storage->ReadAll(root_ + "/f").status(),
-        storage->List(root_).status()}) {
+        storage->List(root_).status(), storage->FileSize(root_ + "/f").status(),
+        storage->Exists(root_ + "/f").status()}) {
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument)
         << status.ToString();
     EXPECT_TRUE(Has(status.message(), SeaweedServer::kAccessKeyId));
