@@ -3,11 +3,12 @@ well-tuned generic client, boto3's managed transfer (s3transfer).
 
 The bytes are W1's, grouped as the devices hold them: one object per
 device, each the concatenation of that device's FSDP rows of every leaf
-(8 objects of 1/8 of the state). That is the natural unit a hand-written
-checkpoint would upload, and it lets the transfer run several objects and
-several parts of each at once, as a checkpointing library can; one big
-object would serialise on its own part list only. All objects go through
-one TransferManager, so THREADS bounds the requests in flight in total.
+(8 objects of 1/8 of the state). That is the unit a hand-written
+checkpoint would upload. All objects go through one TransferManager, so
+several objects and several parts of each are in flight at once and
+THREADS bounds the requests in flight in total; one big object in parts
+of PART_BYTES would keep as many requests busy, but objects below
+PART_BYTES go up as single PUTs, with no multipart overhead.
 
 upload: from memory (the buffers exist before the clock starts), timed
 until every object is complete. download: into buffers allocated inside
