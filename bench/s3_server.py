@@ -60,18 +60,28 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+class _PortTaken(RuntimeError):
+    """weed exited while starting: most likely another program took one of
+    its ports between our choice and weed's bind."""
+
+
 class SeaweedServer:
     """``with SeaweedServer(folder, bucket) as server:`` runs the server with
     its data under ``folder`` and the bucket created; stops it on exit."""
+
+    START_ATTEMPTS = 3
 
     def __init__(self, folder: str, bucket: str, ready_timeout_s: float = 60):
         self.folder = folder
         self.bucket = bucket
         self.ready_timeout_s = ready_timeout_s
-        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
-        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
         self.log_path = os.path.join(folder, "weed.log")
         self.process = None
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
 
     def env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
@@ -80,6 +90,15 @@ class SeaweedServer:
     def start(self) -> None:
         if self.process is not None:
             raise RuntimeError(f"SeaweedFS at {self.endpoint} is already running")
+        for attempt in range(self.START_ATTEMPTS):
+            try:
+                return self._start_once()
+            except _PortTaken:
+                if attempt + 1 == self.START_ATTEMPTS:
+                    raise
+                self._choose_ports()
+
+    def _start_once(self) -> None:
         data = os.path.join(self.folder, "data")
         os.makedirs(data, exist_ok=True)
         config = os.path.join(self.folder, "s3.json")
@@ -114,8 +133,8 @@ class SeaweedServer:
         client = self.client()
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"weed exited with {self.process.returncode} while "
-                                   f"starting; see {self.log_path}")
+                raise _PortTaken(f"weed exited with {self.process.returncode} while "
+                                 f"starting; see {self.log_path}")
             try:
                 client.list_buckets()
                 return
