@@ -132,6 +132,8 @@ def section(results) -> list[str]:
         _, dcp = _best_dcp(results, op)
         row.append(f"{dcp / sk:.2f}×" if sk and dcp else "—")
         out.append("| " + " | ".join(row) + " |")
+    out += ["", "Throughput ratios above 1 mean shardkeep moves the state faster; the goals "
+            f"are at least 1 against the floor and at least {DCP_FACTOR} against DCP."]
     notes = [n for n in (_cannot_write(results, "orbax", "Orbax"),
                          _cannot_write(results, "dcp", "DCP through fsspec/s3fs"),
                          _cannot_write(results, "shardkeep", "shardkeep")) if n]
