@@ -623,7 +623,9 @@ NB_MODULE(_core, m) {
           return DeleteCheckpoint(s, p);
         }));
       },
-      "path"_a, "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it.");
+      "path"_a,
+      "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it "
+      "(storage without rename: its _SHARDKEEP first, then the rest).");
   m.def(
       "remove_leftover",
       [](const std::string& path) {
@@ -631,7 +633,9 @@ NB_MODULE(_core, m) {
           return RemoveLeftover(s, p);
         }));
       },
-      "path"_a, "Deletes a .shardkeep-tmp, -old or -deleting folder.");
+      "path"_a,
+      "Deletes a .shardkeep-tmp, -old or -deleting folder, or the generation "
+      "folders of a folder without _SHARDKEEP that holds nothing else.");
 
   nb::module_ testing = m.def_submodule(
       "testing", "Test-only: storage faults armed for the whole process.");
