@@ -102,12 +102,21 @@ def run_one(tool, workload, op, args, log, env=None) -> dict:
         if os.path.exists(out):
             os.remove(out)
     if not record.get("ok") and not record.get("not_applicable"):
-        record.setdefault("stderr_tail", stderr[-3000:])
+        record.setdefault("stderr_tail", without_local_paths(stderr[-3000:]))
     shown = (f"{record['seconds']:.3f} s" if record.get("ok")
              else ("n/a" if record.get("not_applicable") else f"FAILED: {record.get('error')}"))
     print(f"  {workload} {tool:<16} {op:<13} {shown}   ({time.time() - start:.0f} s wall)",
           file=log, flush=True)
     return record
+
+
+def without_local_paths(text: str) -> str:
+    """The text with this machine's folders (the repository, the Python
+    installation) replaced by names, as results are committed."""
+    for folder, name in ((os.path.dirname(HERE), "<repo>"), (sys.prefix, "<venv>"),
+                         (sys.base_prefix, "<python>")):
+        text = text.replace(folder, name)
+    return text
 
 
 def _last_error_line(stderr: str) -> str:
