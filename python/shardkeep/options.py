@@ -16,7 +16,8 @@ class Options:
         of at most this size so restores onto another sharding read little
         waste and one large shard is written by several threads.
       compression: None (raw) or "zstd".
-      io_threads: worker threads of the C++ engine; 0 picks a default.
+      io_threads: worker threads of the C++ engine; 0 picks a default (one
+        per core, at most 16; loads from S3 keep 32 reads in flight).
       host_memory_limit: cap on the memory the C++ engine allocates for
         its own buffers (a load's read and decompression buffers; a save's
         gather buffers and zstd output and working memory); 0 means the

@@ -12,7 +12,9 @@ struct Options {
   // Compress chunks with zstd (level `zstd_level`).
   bool compress = false;
   int zstd_level = 1;
-  // Threads writing (and reading) in parallel; 0 = number of cores, at most 16.
+  // Threads writing (and reading) in parallel; 0 = number of cores, at most
+  // 16, and for reads at least what the storage asks for
+  // (StorageFeatures::parallel_reads: 32 on S3).
   int io_threads = 0;
   // A writer thread starts a new data file once its current one passes this.
   uint64_t data_file_bytes = 4ull << 30;

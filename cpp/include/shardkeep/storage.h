@@ -26,6 +26,11 @@ struct StorageFeatures {
   // exactly one succeeds (an object store's conditional PUT). Backends
   // without atomic_rename commit through it.
   bool conditional_create = false;
+  // Reads worth having in flight at once in one process when
+  // Options::io_threads is 0; 0 means one per core. A store reached over
+  // the network answers each request after a round trip, so it keeps more
+  // requests in flight than there are cores.
+  int parallel_reads = 0;
 };
 
 // A file being written front to back by one thread.

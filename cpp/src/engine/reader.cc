@@ -159,8 +159,12 @@ class Reader final : public CheckpointReader {
     std::vector<RangeRead> ranges = Coalesce(reads, options);
     internal::ByteLimiter limiter(options.ResolvedHostMemoryLimit());
     ScratchBuffers scratch;
+    const int threads = options.io_threads > 0
+                            ? options.io_threads
+                            : std::max(options.ResolvedIoThreads(),
+                                       storage_->features().parallel_reads);
     return internal::ParallelFor(
-        ranges.size(), options.ResolvedIoThreads(), [&](size_t i) {
+        ranges.size(), threads, [&](size_t i) {
           return ReadRange(name, *part, ranges[i], limiter, scratch);
         });
   }

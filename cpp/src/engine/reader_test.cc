@@ -3,12 +3,17 @@
 // Corruption error naming the file, never read out of bounds.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <chrono>
+#include <algorithm>
 #include <numeric>
 
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
 #include "shardkeep/checkpoint.h"
+#include "storage/fault_injection.h"
 #include "testing/payloads.h"
 #include "testing/status_matchers.h"
 
@@ -184,6 +189,65 @@ TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   EXPECT_GE(arrays, 26);  // one per dtype, and more
   SK_ASSERT_OK_AND_ASSIGN(std::string blob, zstd->ReadValue("blob"));
   EXPECT_EQ(blob.size(), 256u + 9u);
+}
+
+// A storage far away (S3) asks for more reads in flight than cores; the
+// reader follows its hint unless Options::io_threads says otherwise.
+TEST(ReaderParallelism, FollowsTheStoragesHintForReadsInFlight) {
+  constexpr uint64_t kRowsHere = 24, kColsHere = 256;
+  std::vector<float> w(kRowsHere * kColsHere, 1.5f);
+  auto base = NewMemoryStorage();
+  SaveRequest request;
+  request.path = kPath;
+  CheckpointablePayload part =
+      testdata::PytreePayload("state", {{"w", "float32", {kRowsHere, kColsHere}}});
+  for (uint64_t r = 0; r < kRowsHere; r += 2) {  // 12 chunks, read one by one
+    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {2, kColsHere}},
+                           reinterpret_cast<const uint8_t*>(w.data() + r * kColsHere)});
+  }
+  request.parts.push_back(std::move(part));
+  Options save_options;
+  save_options.io_threads = 1;
+  SK_ASSERT_OK(Save(base, NewSingleProcessCoordinator(), std::move(request), save_options));
+
+  auto storage = std::make_shared<FaultInjectionStorage>(base);
+  StorageFeatures features = base->features();
+  features.parallel_reads = 6;
+  storage->OverrideFeatures(features);
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, peak = 0, awaited = 0;
+  storage->FailOn([&](std::string_view op, const std::string&) {
+    if (op != "ReadAt") return Status::Ok();
+    std::unique_lock<std::mutex> lock(mu);
+    peak = std::max(peak, ++in_flight);
+    cv.notify_all();
+    // Hold each read until `awaited` are in flight (or long enough that
+    // fewer are coming).
+    cv.wait_for(lock, std::chrono::seconds(2), [&] { return in_flight >= awaited; });
+    --in_flight;
+    return Status::Ok();
+  });
+  auto read_with = [&](int io_threads, int expected_in_flight) {
+    awaited = expected_in_flight;
+    Options options;
+    options.io_threads = io_threads;
+    options.coalesce_gap_bytes = 0;
+    peak = 0;
+    SK_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(storage, kPath));
+    std::vector<float> out(w.size(), -1.f);
+    SK_RETURN_IF_ERROR(reader->Read(
+        "state",
+        {{0, DType::kFloat32, Box{{0, 0}, {kRowsHere, kColsHere}},
+          reinterpret_cast<uint8_t*>(out.data())}},
+        options));
+    EXPECT_EQ(out, w);
+    return Status::Ok();
+  };
+  SK_ASSERT_OK(read_with(0, 6));
+  EXPECT_EQ(peak, 6);
+  SK_ASSERT_OK(read_with(1, 1));
+  EXPECT_EQ(peak, 1);
 }
 
 }  // namespace
