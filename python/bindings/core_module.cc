@@ -148,10 +148,28 @@ LeafBox ParseLeafBox(nb::handle item, const char* what) {
                   nb::cast<std::vector<uint64_t>>(fields[3]))};
 }
 
-// Every path the front hands over is resolved here; a test process that
-// armed storage faults gets them wrapped in (see storage/process_faults.h).
-StorageLocation Locate(const std::string& url) {
-  StorageLocation location = ValueOrRaise(ResolveStorage(url));
+// Bounds the S3 client's requests (retries included) by Options.timeout_s
+// unless the overrides set their own limit (a template so that it also
+// builds against overrides without one).
+template <typename Overrides>
+void DefaultS3Timeout(Overrides& s3, double timeout_s) {
+  if constexpr (requires { s3.timeout_s; }) {
+    if (!s3.timeout_s) s3.timeout_s = timeout_s;
+  }
+}
+
+// The overrides an s3:// path is resolved with.
+S3Overrides S3SettingsOf(const Options& options) {
+  S3Overrides s3 = options.s3;
+  DefaultS3Timeout(s3, options.timeout_s);
+  return s3;
+}
+
+// Every path the front hands over is resolved here, with the call's
+// options (their s3 settings); a test process that armed storage faults
+// gets them wrapped in (see storage/process_faults.h).
+StorageLocation Locate(const std::string& url, const Options& options) {
+  StorageLocation location = ValueOrRaise(ResolveStorage(url, S3SettingsOf(options)));
   location.storage = WithProcessFaults(std::move(location.storage));
   return location;
 }
@@ -367,7 +385,7 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
                           const std::string& metrics_json, bool force,
                           const Options& options, const PyCoordinator* coordinator,
                           const std::string& operation_id) {
-  StorageLocation location = Locate(url);
+  StorageLocation location = Locate(url, options);
   SaveRequest request;
   request.path = location.path;
   request.step = step;
@@ -432,8 +450,8 @@ Status RunInterruptibly(Work&& work) {
 struct PyReader {
   std::unique_ptr<CheckpointReader> reader;
 
-  static PyReader* Open(const std::string& url) {
-    StorageLocation location = Locate(url);
+  static PyReader* Open(const std::string& url, const Options& options) {
+    StorageLocation location = Locate(url, options);
     return new PyReader{ValueOrRaise(WithoutGil(
         [&] { return CheckpointReader::Open(location.storage, location.path); }))};
   }
@@ -484,8 +502,8 @@ struct PyReader {
 
 // (name, state, step, commit_json, problem) of each entry under `url`;
 // step, commit_json and problem are None where they do not apply.
-nb::list ListCheckpointsPy(const std::string& url) {
-  StorageLocation location = Locate(url);
+nb::list ListCheckpointsPy(const std::string& url, const Options& options) {
+  StorageLocation location = Locate(url, options);
   std::vector<RootEntry> entries = ValueOrRaise(
       WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }));
   nb::list out;
@@ -502,8 +520,8 @@ nb::list ListCheckpointsPy(const std::string& url) {
 
 // A checkpoint's own storage call, by URL, without the GIL.
 template <typename Call>
-auto OnCheckpoint(const std::string& url, Call call) {
-  StorageLocation location = Locate(url);
+auto OnCheckpoint(const std::string& url, const Options& options, Call call) {
+  StorageLocation location = Locate(url, options);
   return WithoutGil([&] { return call(*location.storage, location.path); });
 }
 
@@ -536,12 +554,24 @@ NB_MODULE(_core, m) {
   using namespace shardkeep;
   m.doc() = "shardkeep's C++ engine; use the shardkeep package, not this module.";
 
+  // Settings for s3:// paths; unset fields (None) fall back to the
+  // environment and the AWS files. No repr: it would show the secret.
+  nb::class_<S3Overrides>(m, "S3Overrides")
+      .def(nb::init<>())
+      .def_rw("access_key_id", &S3Overrides::access_key_id)
+      .def_rw("secret_access_key", &S3Overrides::secret_access_key)
+      .def_rw("session_token", &S3Overrides::session_token)
+      .def_rw("region", &S3Overrides::region)
+      .def_rw("endpoint_url", &S3Overrides::endpoint_url)
+      .def_rw("profile", &S3Overrides::profile);
+
   nb::class_<Options>(m, "Options")
       .def(
           "__init__",
           [](Options* self, uint64_t chunk_bytes, bool compress, int zstd_level,
              int io_threads, uint64_t host_memory_limit, double timeout_s,
-             bool allow_lossy_cast, uint64_t coalesce_gap_bytes) {
+             bool allow_lossy_cast, uint64_t coalesce_gap_bytes,
+             std::optional<S3Overrides> s3) {
             new (self) Options();
             self->chunk_bytes = chunk_bytes;
             self->compress = compress;
@@ -551,12 +581,14 @@ NB_MODULE(_core, m) {
             self->timeout_s = timeout_s;
             self->allow_lossy_cast = allow_lossy_cast;
             self->coalesce_gap_bytes = coalesce_gap_bytes;
+            if (s3) self->s3 = *std::move(s3);
           },
           nb::kw_only(), "chunk_bytes"_a = Options().chunk_bytes,
           "compress"_a = false, "zstd_level"_a = 1, "io_threads"_a = 0,
           "host_memory_limit"_a = 0, "timeout_s"_a = Options().timeout_s,
           "allow_lossy_cast"_a = false,
-          "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes)
+          "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes,
+          "s3"_a = nb::none())
       .def_rw("chunk_bytes", &Options::chunk_bytes)
       .def_rw("compress", &Options::compress)
       .def_rw("zstd_level", &Options::zstd_level)
@@ -564,7 +596,8 @@ NB_MODULE(_core, m) {
       .def_rw("host_memory_limit", &Options::host_memory_limit)
       .def_rw("timeout_s", &Options::timeout_s)
       .def_rw("allow_lossy_cast", &Options::allow_lossy_cast)
-      .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes);
+      .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes)
+      .def_rw("s3", &Options::s3);
 
   nb::class_<PySaveHandle>(m, "SaveHandle")
       .def("wait", &PySaveHandle::Wait, "timeout"_a = nb::none(),
@@ -599,39 +632,39 @@ NB_MODULE(_core, m) {
         "A Coordinator whose operations are the given Python functions.");
 
   nb::class_<PyReader>(m, "Reader")
-      .def(nb::new_(&PyReader::Open), "path"_a)
+      .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
       .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
       .def("meta_json", &PyReader::MetaJson, "name"_a)
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
       .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
 
-  m.def("list_checkpoints", &ListCheckpointsPy, "root"_a,
+  m.def("list_checkpoints", &ListCheckpointsPy, "root"_a, "options"_a = Options(),
         "(name, state, step, commit_json, problem) of each entry under a root.");
   m.def(
       "read_commit_record",
-      [](const std::string& path) {
-        return ValueOrRaise(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+      [](const std::string& path, const Options& options) {
+        return ValueOrRaise(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return ReadCommitRecord(s, p);
         }));
       },
-      "path"_a, "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
+      "path"_a, "options"_a = Options(), "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
   m.def(
       "delete_checkpoint",
-      [](const std::string& path) {
-        ThrowIfError(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+      [](const std::string& path, const Options& options) {
+        ThrowIfError(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return DeleteCheckpoint(s, p);
         }));
       },
-      "path"_a, "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it.");
+      "path"_a, "options"_a = Options(), "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it.");
   m.def(
       "remove_leftover",
-      [](const std::string& path) {
-        ThrowIfError(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+      [](const std::string& path, const Options& options) {
+        ThrowIfError(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return RemoveLeftover(s, p);
         }));
       },
-      "path"_a, "Deletes a .shardkeep-tmp, -old or -deleting folder.");
+      "path"_a, "options"_a = Options(), "Deletes a .shardkeep-tmp, -old or -deleting folder.");
 
   nb::module_ testing = m.def_submodule(
       "testing", "Test-only: storage faults armed for the whole process.");
