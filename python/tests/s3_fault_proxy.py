@@ -40,6 +40,7 @@ class _Rule:
     query: str | None            # a query parameter the request must carry
     status: int = 503
     code: str = "SlowDown"
+    after: int = 0               # matching requests to let through first
 
     def matches(self, method: str, params: dict) -> bool:
         return ((self.method is None or self.method == method) and
@@ -168,10 +169,11 @@ class FaultProxy:
     # -- arming ------------------------------------------------------------
 
     def fail(self, count: int = 1, *, status: int = 503, code: str = "SlowDown",
-             method: str | None = None, query: str | None = None) -> None:
-        """Answers the next ``count`` matching requests with an S3 error."""
+             method: str | None = None, query: str | None = None, after: int = 0) -> None:
+        """Answers ``count`` matching requests with an S3 error, after
+        letting the first ``after`` of them through."""
         with self._lock:
-            self._rules.append(_Rule("error", count, method, query, status, code))
+            self._rules.append(_Rule("error", count, method, query, status, code, after))
 
     def drop(self, count: int = 1, *, method: str | None = None,
              query: str | None = None) -> None:
@@ -245,6 +247,9 @@ class FaultProxy:
         with self._lock:
             for rule in self._rules:
                 if rule.count > 0 and rule.matches(method, params):
+                    if rule.after > 0:
+                        rule.after -= 1
+                        return None
                     rule.count -= 1
                     return rule
         return None
