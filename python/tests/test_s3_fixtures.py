@@ -107,3 +107,26 @@ def test_server_restarts_with_its_data(s3, s3_server):
         s3.client.list_buckets()
     s3_server.start()
     assert s3.get("kept") == b"1"
+
+
+def test_proxy_lets_the_first_requests_through_and_holds_others(s3, s3_proxy):
+    import threading
+
+    through = boto3_client(s3_proxy.endpoint_url)
+    s3_proxy.fail(1, status=403, code="AccessDenied", method="PUT", after=2)
+    through.put_object(Bucket=s3.name, Key="1", Body=b"1")
+    through.put_object(Bucket=s3.name, Key="2", Body=b"2")
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        through.put_object(Bucket=s3.name, Key="3", Body=b"3")
+    assert _error_code(excinfo) == "AccessDenied"
+    assert s3.keys() == ["1", "2"]
+    s3_proxy.hold(1, method="GET")
+    got = []
+    reader = threading.Thread(
+        target=lambda: got.append(through.get_object(Bucket=s3.name, Key="1")["Body"].read()))
+    reader.start()
+    s3_proxy.wait_held()
+    assert got == []
+    s3_proxy.release()
+    reader.join(10)
+    assert got == [b"1"]
