@@ -97,6 +97,24 @@ T ValueOrRaise(Result<T> result) {
   return std::move(result).value();
 }
 
+// Errors of calls on a checkpoint name the URL the caller gave: the engine
+// sees only the path inside the storage ("run/7" of "s3://bucket/run/7"),
+// which would leave the bucket out.
+Status NamingUrl(const Status& status, const std::string& url) {
+  if (status.ok() || status.message().find(url) != std::string::npos) return status;
+  return status.WithContext(url);
+}
+
+void ThrowIfError(const Status& status, const std::string& url) {
+  ThrowIfError(NamingUrl(status, url));
+}
+
+template <typename T>
+T ValueOrRaise(Result<T> result, const std::string& url) {
+  if (!result.ok()) Raise(NamingUrl(result.status(), url));
+  return std::move(result).value();
+}
+
 // Runs `work` with the GIL released (it must not touch Python objects) and
 // returns its result; raising happens after, with the GIL held again.
 template <typename Work>
@@ -292,14 +310,14 @@ struct PySaveHandle {
   nb::object borrowed;
   std::unique_ptr<SaveHandle> handle;  // null once abandoned
   Future future;
-  std::string path;
+  std::string url;  // the checkpoint, as the caller named it
   bool interrupted = false;
 
-  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle, std::string path)
+  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle, std::string url)
       : borrowed(std::move(borrowed)),
         handle(std::move(handle)),
         future(this->handle->future()),
-        path(std::move(path)) {}
+        url(std::move(url)) {}
   // Joins the background thread without holding the GIL (the Python front
   // keeps every save in flight referenced, so this does not wait).
   ~PySaveHandle() {
@@ -327,7 +345,7 @@ struct PySaveHandle {
     }
     if (!ready) return false;
     if (handle) borrowed = nb::none();
-    ThrowIfError(*future.Wait(0));
+    ThrowIfError(*future.Wait(0), url);
     return true;
   }
 
@@ -342,7 +360,7 @@ struct PySaveHandle {
     ClearPendingInterrupt();  // a second interrupt, during the cancel itself
     if (cancelled.ok()) return;
     if (cancelled.code() != StatusCode::kAlreadyExists) {
-      AddNote(interrupt, "the save to " + path +
+      AddNote(interrupt, "the save to " + url +
                              " may still commit: cancelling it failed: " +
                              cancelled.ToString());
       return;
@@ -350,14 +368,14 @@ struct PySaveHandle {
     try {
       WaitLettingSignalsIn(-1.0, [&](double slice) { return future.Wait(slice).has_value(); });
     } catch (nb::python_error&) {
-      AddNote(interrupt, "the save to " + path +
+      AddNote(interrupt, "the save to " + url +
                              " was committing when interrupted again and may still commit");
       return;
     }
     Status outcome = *future.Wait(0);
     AddNote(interrupt, outcome.ok()
-                           ? "the save to " + path + " had committed before the interrupt"
-                           : "the save to " + path + " was not committed");
+                           ? "the save to " + url + " had committed before the interrupt"
+                           : "the save to " + url + " was not committed");
   }
 };
 
@@ -402,8 +420,7 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   Result<std::unique_ptr<SaveHandle>> started = WithoutGil([&] {
     return StartSave(location.storage, group, std::move(request), options);
   });
-  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)),
-                          location.path);
+  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started), url), url);
 }
 
 // Runs `work` (which returns a Status) on a thread of its own, in a
@@ -449,19 +466,22 @@ Status RunInterruptibly(Work&& work) {
 
 struct PyReader {
   std::unique_ptr<CheckpointReader> reader;
+  std::string url;  // the checkpoint, as the caller named it
 
   static PyReader* Open(const std::string& url, const Options& options) {
     StorageLocation location = Locate(url, options);
-    return new PyReader{ValueOrRaise(WithoutGil(
-        [&] { return CheckpointReader::Open(location.storage, location.path); }))};
+    Result<std::unique_ptr<CheckpointReader>> opened = WithoutGil(
+        [&] { return CheckpointReader::Open(location.storage, location.path); });
+    return new PyReader{ValueOrRaise(std::move(opened), url), url};
   }
 
   std::string MetaJson(const std::string& name) {
-    return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }));
+    return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
   }
 
   nb::bytes ReadValue(const std::string& name) {
-    std::string bytes = ValueOrRaise(WithoutGil([&] { return reader->ReadValue(name); }));
+    std::string bytes =
+        ValueOrRaise(WithoutGil([&] { return reader->ReadValue(name); }), url);
     return nb::bytes(bytes.data(), bytes.size());
   }
 
@@ -474,7 +494,7 @@ struct PyReader {
       CheckBufferSize(dst.size(), request.box, request.dtype, "read destination");
       parsed.push_back({request.leaf, request.dtype, std::move(request.box), dst.data()});
     }
-    ThrowIfError(RunInterruptibly([&] { return reader->Read(name, parsed, options); }));
+    ThrowIfError(RunInterruptibly([&] { return reader->Read(name, parsed, options); }), url);
   }
 
   // Requests as for Read (their buffers are not used); for each, None or
@@ -486,7 +506,7 @@ struct PyReader {
       parsed.push_back({request.leaf, request.dtype, std::move(request.box), nullptr});
     }
     std::vector<std::optional<StoredRange>> ranges = ValueOrRaise(
-        WithoutGil([&] { return reader->Locate(name, parsed, options); }));
+        WithoutGil([&] { return reader->Locate(name, parsed, options); }), url);
     nb::list out;
     for (const std::optional<StoredRange>& range : ranges) {
       if (!range) {
@@ -505,7 +525,7 @@ struct PyReader {
 nb::list ListCheckpointsPy(const std::string& url, const Options& options) {
   StorageLocation location = Locate(url, options);
   std::vector<RootEntry> entries = ValueOrRaise(
-      WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }));
+      WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }), url);
   nb::list out;
   for (const RootEntry& e : entries) {
     const bool committed = e.state == EntryState::kCommitted;
@@ -646,7 +666,7 @@ NB_MODULE(_core, m) {
       [](const std::string& path, const Options& options) {
         return ValueOrRaise(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return ReadCommitRecord(s, p);
-        }));
+        }), path);
       },
       "path"_a, "options"_a = Options(), "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
   m.def(
@@ -654,7 +674,7 @@ NB_MODULE(_core, m) {
       [](const std::string& path, const Options& options) {
         ThrowIfError(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return DeleteCheckpoint(s, p);
-        }));
+        }), path);
       },
       "path"_a, "options"_a = Options(), "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it.");
   m.def(
@@ -662,7 +682,7 @@ NB_MODULE(_core, m) {
       [](const std::string& path, const Options& options) {
         ThrowIfError(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return RemoveLeftover(s, p);
-        }));
+        }), path);
       },
       "path"_a, "options"_a = Options(), "Deletes a .shardkeep-tmp, -old or -deleting folder.");
 
