@@ -23,7 +23,6 @@ tests fail with a message saying so.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import itertools
 import json
 import os
@@ -95,15 +94,11 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-# Loaded here, not in the forked child, where loading could wait on a lock
-# another thread of this process held at the fork.
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the test process dies."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _dying_with_this_process(args: list[str]) -> list[str]:
+    """``args`` run so that the kernel kills the server if the tests die
+    (setpriv, from util-linux, sets the parent-death signal and execs)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", *args] if setpriv else args
 
 
 class SeaweedServer:
@@ -145,9 +140,9 @@ class SeaweedServer:
         """Starts the server and waits until a signed ListBuckets succeeds."""
         assert self.process is None, "already running"
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self._args(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(_dying_with_this_process(self._args()), stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
         log.close()
         client = self.client()
         deadline = time.monotonic() + READY_TIMEOUT_S
