@@ -239,10 +239,20 @@ def _stop_leftover_servers() -> None:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """The session's SeaweedFS server (started on first use)."""
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"))
-    _live_servers.append(server)
+    for attempt in range(3):
+        server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"))
+        _live_servers.append(server)
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            # Another program may have taken one of the ports between their
+            # choice and weed binding them: try again with new ones.
+            server.stop()
+            _live_servers.remove(server)
+            if attempt == 2:
+                raise
     try:
-        server.start()
         yield server
     finally:
         server.stop()
