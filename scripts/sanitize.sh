@@ -5,7 +5,8 @@
 #         C++ test;
 #   tsan  ThreadSanitizer (build/tsan): the tests that run threads against
 #         each other (the thread pool, the simulated group, single- and
-#         multi-process saves, the save thread, the checkpoint pipeline).
+#         multi-process saves, jobs racing on an object store, the save
+#         thread, the checkpoint pipeline).
 # Any report fails the run. Usage: scripts/sanitize.sh [asan|tsan|all]
 # (default all). Compiler: $CXX if set, else clang++, else g++.
 set -euo pipefail
@@ -18,7 +19,8 @@ jobs=${SANITIZE_JOBS:-$(nproc)}
 
 ALL_TESTS=$(sed -n 's|.*/\([a-z_]*_test\)\.cc$|\1|p' <(find cpp/src -name '*_test.cc') | sort)
 TSAN_TESTS="parallel_test simulated_group_test multiprocess_save_test save_thread_test
-            checkpoint_test shard_writer_test reader_cancellation_test"
+            checkpoint_test shard_writer_test reader_cancellation_test
+            object_store_save_test"
 # Sanitizer allocators abort on a request they cannot serve instead of
 # throwing std::bad_alloc, so the test of exactly that is left out.
 SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'

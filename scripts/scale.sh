@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scale by simulation: the commit protocol with 64, 256 and 1,024 simulated
 # processes (threads of one program, each a SimulatedGroup member) saving
-# onto the memory backend, and one load merging their 1,024 index files.
+# onto the memory backend (committing by rename, and as on an object store),
+# and one load merging their 1,024 index files.
 # Prints the timings and fails when the largest size takes a second or
 # more for either step (the goal; a size 4x larger should cost about 4x).
 #

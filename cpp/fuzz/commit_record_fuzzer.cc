@@ -20,7 +20,8 @@ bool Same(const CommitRecord& a, const CommitRecord& b) {
   }
   return a.version == b.version && a.step == b.step &&
          a.created_ns == b.created_ns && a.committed_ns == b.committed_ns &&
-         a.process_count == b.process_count && a.index_files == b.index_files &&
+         a.process_count == b.process_count && a.data_folder == b.data_folder &&
+         a.index_files == b.index_files &&
          a.custom_metadata == b.custom_metadata && a.metrics == b.metrics;
 }
 

@@ -676,7 +676,9 @@ NB_MODULE(_core, m) {
           return DeleteCheckpoint(s, p);
         }), path);
       },
-      "path"_a, "options"_a = Options(), "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it.");
+      "path"_a, "options"_a = Options(),
+      "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it "
+      "(storage without rename: its _SHARDKEEP first, then the rest).");
   m.def(
       "remove_leftover",
       [](const std::string& path, const Options& options) {
@@ -684,7 +686,9 @@ NB_MODULE(_core, m) {
           return RemoveLeftover(s, p);
         }), path);
       },
-      "path"_a, "options"_a = Options(), "Deletes a .shardkeep-tmp, -old or -deleting folder.");
+      "path"_a, "options"_a = Options(),
+      "Deletes a .shardkeep-tmp, -old or -deleting folder, or the generation "
+      "folders of a folder without _SHARDKEEP that holds nothing else.");
 
   nb::module_ testing = m.def_submodule(
       "testing", "Test-only: storage faults armed for the whole process.");

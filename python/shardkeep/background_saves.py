@@ -11,8 +11,9 @@ For each save a watcher thread waits for its outcome; a failure that no
 naming the path). At interpreter exit the registry waits for the saves
 still running, at most the largest of their ``Options.timeout_s``: a save
 that is still running then is abandoned and logged (if the process ends before
-it commits, its temporary folder is never read, and the next save to its
-path removes it). Saves whose wait
+it commits, its temporary folder (on object stores, its generation folder)
+is never read, and the next save to its path, or its next commit there,
+removes it). Saves whose wait
 was interrupted (KeyboardInterrupt) are cancelled and cannot commit, so
 exit does not wait for them.
 """

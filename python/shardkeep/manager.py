@@ -10,9 +10,11 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    step is an entry named by digits only whose ``_SHARDKEEP`` the core's
    decoder accepts (the reader's own check: format, version, fields); its
    metrics come from that record. The primary removes stale
-   ``*.shardkeep-tmp`` and ``*.shardkeep-deleting`` folders, and
+   ``*.shardkeep-tmp`` and ``*.shardkeep-deleting`` folders,
    ``<step>.shardkeep-old`` when ``<step>`` itself is committed (otherwise
-   it is the only copy and stays).
+   it is the only copy and stays), and on object stores the "unfinished"
+   folders: no ``_SHARDKEEP``, only ``.shardkeep-g<id>`` generations of
+   saves that never committed (or of a deletion cut short).
 2. From then on the manager never lists the root again: its record of
    committed steps is what it found plus what it committed. Every decision
    (save or skip, what to delete) is a function of that record and of
@@ -26,9 +28,10 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    at once but deleted only after the load.
 4. Errors of the worker (failed saves, failed deletions) are logged when
    they happen and raised by the next ``save``, ``wait`` or ``close``.
-   The ``<step>.shardkeep-tmp`` of a failed save is removed (primary)
-   before the next save starts, so that what one failure left behind (a
-   full disk's partial files) does not make every later save fail too.
+   What a failed save left (``<step>.shardkeep-tmp``; on object stores the
+   generations inside ``<step>``) is removed (primary) before the next save
+   starts, so that one failure's partial files (a full disk's) do not make
+   every later save fail too.
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ class CheckpointManager:
         self._in_use: collections.Counter = collections.Counter()
         self._deferred: dict[int, str] = {}     # dropped while in use: step -> name
         self._errors: list[BaseException] = []
-        self._leftovers: list[str] = []         # temporary folders of failed saves
+        self._leftovers: list[str] = []         # what failed saves may have left
 
         self._pending: _Commit | None = None
         self._jobs: queue.Queue = queue.Queue()
@@ -373,7 +376,7 @@ class CheckpointManager:
     def _collect_garbage(self, entries: list[tuple], committed: set[str]) -> None:
         for name, state, *_ in entries:
             path = _join(self._root, name)
-            if state in ("temporary", "being-deleted"):
+            if state in ("temporary", "being-deleted", "unfinished"):
                 logger.info("removing stale %s", path)
                 self._remove_quietly(path, self._options)
             elif state == "replaced":
@@ -388,21 +391,30 @@ class CheckpointManager:
         """Removes a leftover folder; a failure is logged, and retried by a later manager."""
         try:
             _core.remove_leftover(path, options.to_core())
+        except InvalidArgumentError as e:
+            # Not a leftover after all (a committed checkpoint, someone's
+            # data): the core removed nothing, and trying again would not help.
+            logger.info("%s is not removed: %s", path, e)
+            return True
         except ShardkeepError as e:
             logger.warning("could not remove %s: %s", path, e)
             return False
         return True
 
     def _note_leftover(self, name: str) -> None:
+        # The temporary folder (storage with rename), or the step's own
+        # folder holding uncommitted generations (object stores); the core
+        # removes whichever exists and refuses anything else.
         with self._lock:
-            self._leftovers.append(_join(self._root, name + _TMP_SUFFIX))
+            self._leftovers += [_join(self._root, name + _TMP_SUFFIX), _join(self._root, name)]
 
     def _remove_leftovers(self) -> None:
-        """Removes the temporary folders of failed saves (primary): before a save, in ``wait``.
+        """Removes the leftovers of failed saves (primary): before a save, in ``wait``.
 
-        A failed save may leave its partial ``<step>.shardkeep-tmp`` behind
-        (the disk filled up, say); every step goes to a new path, so without
-        this they would pile up and keep the disk full. One that cannot be
+        A failed save may leave its partial ``<step>.shardkeep-tmp`` (or, on
+        object stores, generations inside ``<step>``) behind (the disk
+        filled up, say); every step goes to a new path, so without this
+        they would pile up and keep the disk full. One that cannot be
         removed now is tried again before the following save.
         """
         with self._lock:

@@ -75,9 +75,14 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
     On the CPU backend arrays are written straight from their buffers, so
     they must not be donated from another thread while this runs.
     Raises AlreadyExistsError if a checkpoint exists at ``path`` and
-    ``force`` is False; OutOfSpaceError when the storage fills up (the
+    ``force`` is False, or if another job's save to ``path`` committed
+    first (object stores); OutOfSpaceError when the storage fills up (the
     failed save leaves nothing behind); CommitStateUnknownError when the
     commit's outcome could not be settled (check ``path`` before retrying).
+    ``force`` replaces a committed checkpoint: atomically on POSIX storage;
+    on an object store the path holds no checkpoint for the moment between
+    removing the old commit record and writing the new one (readers see
+    the old checkpoint or the new one, never a mix).
     """
     save_checkpointables(path, {"state": tree}, options=options,
                          custom_metadata=custom_metadata, force=force, step=step)

@@ -22,6 +22,8 @@ namespace shardkeep {
 
 // Suffixes of the names a checkpoint's folder takes while it is being
 // written, replaced or deleted; each sits beside <name> in the same folder.
+// (Storage without rename, such as object stores, uses none of them: a save
+// writes a generation folder inside <name>, see kUnfinished.)
 inline constexpr char kTemporarySuffix[] = ".shardkeep-tmp";   // a save
 inline constexpr char kReplacedSuffix[] = ".shardkeep-old";    // force=True
 inline constexpr char kDeletingSuffix[] = ".shardkeep-deleting";
@@ -32,10 +34,15 @@ enum class EntryState {
   kTemporary,     // <name> ends in kTemporarySuffix
   kReplaced,      // <name> ends in kReplacedSuffix
   kBeingDeleted,  // <name> ends in kDeletingSuffix
+  // Storage without atomic rename only: <name> has no _SHARDKEEP and holds
+  // nothing but generation folders (.shardkeep-g<id>), the files of saves
+  // that failed, crashed or are under way, or of a deletion cut short.
+  kUnfinished,
   kOther,         // anything else: a file, a folder without a commit record
 };
 
-// "committed", "rejected", "temporary", "replaced", "being-deleted", "other".
+// "committed", "rejected", "temporary", "replaced", "being-deleted",
+// "unfinished", "other".
 const char* EntryStateName(EntryState state);
 
 struct RootEntry {
@@ -65,13 +72,18 @@ Result<std::string> ReadCommitRecord(Storage& storage, const std::string& path);
 // Deletes the checkpoint (or any folder) at `path` so that no crash leaves
 // a half-deleted folder under its name: renames it to
 // <path>.shardkeep-deleting (removing a leftover of an earlier, cut-short
-// deletion first), makes the rename durable, then deletes recursively.
-// NotFound when nothing is at `path`.
+// deletion first), makes the rename durable, then deletes recursively. On
+// storage without atomic rename it deletes <path>/_SHARDKEEP first, then
+// the rest: a crash halfway leaves an unfinished folder, never a record
+// over partly deleted files. NotFound when nothing is at `path`.
 Status DeleteCheckpoint(Storage& storage, const std::string& path);
 
 // Removes a leftover folder: `path` must end in one of the three suffixes
-// above (InvalidArgument otherwise, so that a committed checkpoint cannot be
-// removed by mistake). OK when it does not exist.
+// above, or be the folder of saves that never committed (no _SHARDKEEP,
+// nothing but generation folders, which are deleted). InvalidArgument for
+// anything else (a committed checkpoint, a folder holding other things),
+// so that a checkpoint or someone's data cannot be removed by mistake. OK
+// when it does not exist.
 Status RemoveLeftover(Storage& storage, const std::string& path);
 
 }  // namespace shardkeep

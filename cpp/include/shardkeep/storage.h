@@ -102,8 +102,21 @@ class Storage {
 };
 
 std::shared_ptr<Storage> NewFileStorage();
+
+// How an in-memory store behaves (it is a test backend).
+enum class MemoryStorageMode {
+  // Like a POSIX file system: directories are entries of their own (an
+  // empty one exists), Rename and Exchange are atomic.
+  kFileSystem,
+  // Like an object store (S3): keys only, so a "directory" exists while
+  // some key lies below it; no Rename or Exchange; WriteIfAbsent is the
+  // atomic operation commits rely on. It lets the commit protocol for
+  // object stores be tested without a server.
+  kObjectStore,
+};
 // A fresh, empty in-memory store.
-std::shared_ptr<Storage> NewMemoryStorage();
+std::shared_ptr<Storage> NewMemoryStorage(
+    MemoryStorageMode mode = MemoryStorageMode::kFileSystem);
 
 // Settings for s3:// URLs given by the caller (a per-call override for
 // programs that use several stores). Each one that is set wins over the
@@ -123,6 +136,8 @@ struct StorageLocation {
   std::string path;
 };
 // "memory://name/a/b" → the process-wide memory store, path "name/a/b";
+// "memory-objects://name/a/b" → the process-wide memory store in object-store
+// mode (a separate one, for tests of the object-store commit);
 // "file:///x/y" or "/x/y" or "x/y" → the file backend, path as given (a
 // trailing '/' is dropped). InvalidArgument for an unknown scheme or an
 // empty path.

@@ -1,5 +1,6 @@
 #include "shardkeep/checkpoint_root.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "engine/make_visible.h"
@@ -28,14 +29,33 @@ std::optional<EntryState> StateOfSuffix(std::string_view name) {
   return std::nullopt;
 }
 
-// Reads and decodes <path>/_SHARDKEEP; fills `entry` as committed, rejected
-// or other. Only an I/O error is returned.
+// Whether `path` holds generation folders (at least one) and nothing else.
+// False when it does not exist (or is a file).
+Result<bool> HoldsOnlyGenerations(Storage& storage, const std::string& path) {
+  Result<std::vector<std::string>> names = storage.List(path);
+  if (names.status().code() == StatusCode::kNotFound) return false;
+  SK_RETURN_IF_ERROR(names.status());
+  if (names->empty()) return false;
+  return std::all_of(names->begin(), names->end(), [](const std::string& name) {
+    return format::IsGenerationFolderName(name);
+  });
+}
+
+// Reads and decodes <path>/_SHARDKEEP; fills `entry` as committed, rejected,
+// unfinished or other. Only an I/O error is returned.
 Status Classify(Storage& storage, const std::string& path, RootEntry& entry) {
   const std::string file = Join(path, format::kCommitFileName);
   // Exists() first: on a file system, a plain file at `path` makes the read
   // fail with "not a directory", which is no commit record either.
   SK_ASSIGN_OR_RETURN(const bool exists, storage.Exists(file));
-  if (!exists) return Status::Ok();
+  if (!exists) {
+    // Only saves on storage without rename write generations; elsewhere a
+    // listing would cost a List per entry (and fail on plain files).
+    if (storage.features().atomic_rename) return Status::Ok();
+    SK_ASSIGN_OR_RETURN(const bool unfinished, HoldsOnlyGenerations(storage, path));
+    if (unfinished) entry.state = EntryState::kUnfinished;
+    return Status::Ok();
+  }
   Result<std::string> bytes = storage.ReadAll(file);
   // Gone since Exists(): deleted (or renamed away) meanwhile.
   if (bytes.status().code() == StatusCode::kNotFound) return Status::Ok();
@@ -61,6 +81,7 @@ const char* EntryStateName(EntryState state) {
     case EntryState::kTemporary: return "temporary";
     case EntryState::kReplaced: return "replaced";
     case EntryState::kBeingDeleted: return "being-deleted";
+    case EntryState::kUnfinished: return "unfinished";
     case EntryState::kOther: return "other";
   }
   return "other";
@@ -106,6 +127,11 @@ Status DeleteCheckpoint(Storage& storage, const std::string& path) {
   const std::string context = "deleting checkpoint " + path;
   SK_ASSIGN_OR_RETURN(const bool exists, storage.Exists(path));
   if (!exists) return NotFoundError(context + ": nothing is there");
+  // No rename: the record goes first, so the checkpoint stops existing
+  // before any of its files does.
+  if (!storage.features().atomic_rename) {
+    return internal::DiscardFolder(storage, path).WithContext(context);
+  }
   // A deletion of the same name cut short earlier would block the rename.
   SK_RETURN_IF_ERROR(storage.DeleteRecursive(doomed).WithContext(context));
   SK_RETURN_IF_ERROR(storage.Rename(path, doomed).WithContext(context));
@@ -116,12 +142,30 @@ Status DeleteCheckpoint(Storage& storage, const std::string& path) {
 }
 
 Status RemoveLeftover(Storage& storage, const std::string& path) {
-  if (!StateOfSuffix(path)) {
-    return InvalidArgumentError("removing leftover " + path + ": not a " +
-                                kTemporarySuffix + ", " + kReplacedSuffix +
-                                " or " + kDeletingSuffix + " folder");
+  const std::string context = "removing leftover " + path;
+  if (StateOfSuffix(path)) {
+    return internal::DiscardFolder(storage, path).WithContext(context);
   }
-  return internal::DiscardFolder(storage, path).WithContext("removing leftover " + path);
+  SK_ASSIGN_OR_RETURN(const bool committed,
+                      storage.Exists(Join(path, format::kCommitFileName)));
+  if (committed) {
+    return InvalidArgumentError(context + ": it is a committed checkpoint");
+  }
+  Result<std::vector<std::string>> names = storage.List(path);
+  if (names.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(names.status().WithContext(context));
+  for (const std::string& name : *names) {
+    if (!format::IsGenerationFolderName(name)) {
+      return InvalidArgumentError(
+          context + ": it holds " + name + ", so it is neither a " + kTemporarySuffix +
+          ", " + kReplacedSuffix + " or " + kDeletingSuffix +
+          " folder nor the folder of a save that never committed");
+    }
+  }
+  for (const std::string& name : *names) {
+    SK_RETURN_IF_ERROR(storage.DeleteRecursive(Join(path, name)).WithContext(context));
+  }
+  return Status::Ok();
 }
 
 }  // namespace shardkeep

@@ -137,6 +137,98 @@ TEST_P(CheckpointRootTest, AnUnreadableRecordFailsTheListingNamingIt) {
       << status.message();
 }
 
+// On an object store, saves leave generation folders inside the step's
+// folder, and nothing can be renamed.
+class ObjectStoreRootTest : public ::testing::Test {
+ protected:
+  static constexpr char kRoot[] = "bucket/run";
+  static constexpr char kGeneration[] = ".shardkeep-g0123456789abcdef";
+  static constexpr char kOtherGeneration[] = ".shardkeep-gfedcba9876543210";
+
+  // A step committed the way object-store saves commit.
+  void CommitStep(const std::string& name) {
+    format::CommitRecord record;
+    record.step = std::stoll(name);
+    record.data_folder = kGeneration;
+    Leave(name + "/" + kGeneration);
+    SK_ASSERT_OK(storage_->WriteIfAbsent(Path(name) + "/_SHARDKEEP",
+                                         format::EncodeCommitRecord(record)));
+  }
+  // Files of a generation that did not commit.
+  void Leave(const std::string& folder) {
+    SK_ASSERT_OK(storage_->WriteAll(Path(folder) + "/state/data/p0-0.bin", "x", false));
+  }
+  std::string Path(const std::string& name) const { return std::string(kRoot) + "/" + name; }
+  bool Exists(const std::string& name) {
+    Result<bool> exists = storage_->Exists(Path(name));
+    EXPECT_TRUE(exists.ok()) << exists.status().ToString();
+    return exists.ok() && *exists;
+  }
+  std::vector<std::string> States() {
+    Result<std::vector<RootEntry>> entries = ListCheckpoints(*storage_, kRoot);
+    EXPECT_TRUE(entries.ok()) << entries.status().ToString();
+    std::vector<std::string> seen;
+    for (const RootEntry& e : entries.ok() ? *entries : std::vector<RootEntry>()) {
+      seen.push_back(e.name + ":" + EntryStateName(e.state));
+    }
+    return seen;
+  }
+
+  std::shared_ptr<Storage> storage_ = NewMemoryStorage(MemoryStorageMode::kObjectStore);
+};
+
+TEST_F(ObjectStoreRootTest, AFolderOfGenerationsWithoutARecordIsUnfinished) {
+  CommitStep("0001");
+  Leave(std::string("0001/") + kOtherGeneration);  // a failed forced save
+  Leave(std::string("0002/") + kGeneration);       // a failed save
+  Leave(std::string("0002/") + kOtherGeneration);
+  Leave(std::string("0003/") + kGeneration);  // a generation, and someone's data
+  SK_ASSERT_OK(storage_->WriteAll(Path("0003/notes"), "mine", false));
+  SK_ASSERT_OK(storage_->WriteAll(Path("0004/state/meta.json"), "{}", false));
+  EXPECT_EQ(States(), (std::vector<std::string>{"0001:committed", "0002:unfinished",
+                                                "0003:other", "0004:other"}));
+}
+
+TEST_F(ObjectStoreRootTest, RemoveLeftoverRemovesOnlyUnfinishedSaves) {
+  CommitStep("0001");
+  Leave(std::string("0002/") + kGeneration);
+  Leave(std::string("0002/") + kOtherGeneration);
+  Leave(std::string("0003/") + kGeneration);
+  SK_ASSERT_OK(storage_->WriteAll(Path("0003/notes"), "mine", false));
+
+  SK_ASSERT_OK(RemoveLeftover(*storage_, Path("0002")));
+  EXPECT_FALSE(Exists("0002"));
+  SK_ASSERT_OK(RemoveLeftover(*storage_, Path("0002")));  // absent: done already
+
+  const Status foreign = RemoveLeftover(*storage_, Path("0003"));
+  EXPECT_EQ(foreign.code(), StatusCode::kInvalidArgument) << foreign.ToString();
+  EXPECT_NE(foreign.message().find("notes"), std::string::npos) << foreign.ToString();
+  EXPECT_TRUE(Exists(std::string("0003/") + kGeneration));
+
+  const Status committed = RemoveLeftover(*storage_, Path("0001"));
+  EXPECT_EQ(committed.code(), StatusCode::kInvalidArgument) << committed.ToString();
+  EXPECT_EQ(States(), (std::vector<std::string>{"0001:committed", "0003:other"}));
+}
+
+TEST_F(ObjectStoreRootTest, DeleteRemovesTheRecordFirst) {
+  CommitStep("0001");
+  CommitStep("0002");
+  SK_ASSERT_OK(DeleteCheckpoint(*storage_, Path("0001")));
+  EXPECT_FALSE(Exists("0001"));
+  EXPECT_EQ(DeleteCheckpoint(*storage_, Path("0001")).code(), StatusCode::kNotFound);
+
+  // A deletion cut short after the record: what is left is unfinished, and
+  // the manager's cleanup removes it.
+  auto faulty = std::make_shared<FaultInjectionStorage>(storage_);
+  faulty->FailOn([](std::string_view op, const std::string& path) {
+    return op == "DeleteRecursive" ? StorageError("crashed deleting " + path) : Status::Ok();
+  });
+  EXPECT_EQ(DeleteCheckpoint(*faulty, Path("0002")).code(), StatusCode::kStorage);
+  EXPECT_EQ(States(), std::vector<std::string>{"0002:unfinished"});
+  SK_ASSERT_OK(RemoveLeftover(*storage_, Path("0002")));
+  EXPECT_EQ(States(), std::vector<std::string>{});
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Backends, CheckpointRootTest,
     ::testing::Values(

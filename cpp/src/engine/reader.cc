@@ -105,6 +105,7 @@ class Reader final : public CheckpointReader {
   Reader(std::shared_ptr<Storage> storage, std::string path,
          format::CommitRecord commit, std::string commit_json)
       : storage_(std::move(storage)), path_(std::move(path)),
+        root_(commit.data_folder ? path_ + "/" + *commit.data_folder : path_),
         commit_(std::move(commit)), commit_json_(std::move(commit_json)) {}
 
   const std::string& commit_json() const override { return commit_json_; }
@@ -144,7 +145,7 @@ class Reader final : public CheckpointReader {
       return InvalidArgumentError("checkpointable '" + name +
                                   "' is a pytree, not a json/bytes value");
     }
-    return storage_->ReadAll(path_ + "/" + name + "/" +
+    return storage_->ReadAll(Folder(name) + "/" +
                              (kind == "json" ? "value.json" : "value.bin"));
   }
 
@@ -175,8 +176,12 @@ class Reader final : public CheckpointReader {
                          "' (it has: " + listed + ")");
   }
 
+  // The folder of checkpointable `name`: beside _SHARDKEEP, or in the
+  // generation the record names (saves on object stores).
+  std::string Folder(const std::string& name) const { return root_ + "/" + name; }
+
   std::string DataFilePath(const std::string& name, int process, uint32_t data_file) const {
-    return path_ + "/" + name + "/" + format::DataFileName(process, data_file);
+    return Folder(name) + "/" + format::DataFileName(process, data_file);
   }
 
   // Reads and checks meta.json of `name` once (a load asks for it twice:
@@ -186,7 +191,7 @@ class Reader final : public CheckpointReader {
     auto it = metas_.find(name);
     if (it != metas_.end()) return it->second.get();
     SK_RETURN_IF_ERROR(CheckListed(name).status());
-    const std::string file = path_ + "/" + name + "/" + format::kMetaFileName;
+    const std::string file = Folder(name) + "/" + format::kMetaFileName;
     auto loaded = std::make_unique<LoadedMeta>();
     SK_ASSIGN_OR_RETURN(loaded->json, storage_->ReadAll(file));
     SK_ASSIGN_OR_RETURN(loaded->meta,
@@ -206,7 +211,7 @@ class Reader final : public CheckpointReader {
     auto listed = commit_.index_files.find(name);
     if (listed == commit_.index_files.end()) return &Remember(name, std::move(part));
     for (const std::string& index : listed->second) {
-      const std::string file = path_ + "/" + name + "/" + index;
+      const std::string file = Folder(name) + "/" + index;
       Result<std::string> bytes = storage_->ReadAll(file);
       if (bytes.status().code() == StatusCode::kNotFound) {
         return CorruptionError("checkpoint " + path_ + " is incomplete: " + file +
@@ -240,7 +245,7 @@ class Reader final : public CheckpointReader {
     if (!fault) return Status::Ok();
     const std::string where = "checkpoint " + path_ + ": leaf '" + meta.path + "' of " + name;
     auto index_file = [&](const StoredChunk& chunk) {
-      return path_ + "/" + name + "/" + format::IndexFileName(chunk.process);
+      return Folder(name) + "/" + format::IndexFileName(chunk.process);
     };
     if (fault->overlap) {
       const StoredChunk& a = chunks[fault->overlap->first];
@@ -253,7 +258,7 @@ class Reader final : public CheckpointReader {
     auto listed = commit_.index_files.find(name);
     if (listed != commit_.index_files.end()) {
       for (const std::string& index : listed->second) {
-        files += (files.empty() ? "" : ", ") + path_ + "/" + name + "/" + index;
+        files += (files.empty() ? "" : ", ") + Folder(name) + "/" + index;
       }
     }
     return CorruptionError(where + ": the chunks in " + (files.empty() ? "no index" : files) +
@@ -308,7 +313,7 @@ class Reader final : public CheckpointReader {
                                   std::to_string(request.leaf));
     }
     const format::LeafMeta& leaf = part.meta.leaves[request.leaf];
-    const std::string where = "leaf '" + leaf.path + "' of " + path_ + "/" + name;
+    const std::string where = "leaf '" + leaf.path + "' of " + Folder(name);
     if (leaf.kind != format::LeafKind::kArray) {
       return InvalidArgumentError(where + " is not an array");
     }
@@ -487,6 +492,7 @@ class Reader final : public CheckpointReader {
 
   std::shared_ptr<Storage> storage_;
   const std::string path_;
+  const std::string root_;  // the folder holding the checkpointable folders
   format::CommitRecord commit_;
   const std::string commit_json_;
   std::mutex mu_;

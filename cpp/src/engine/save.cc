@@ -1,5 +1,8 @@
 // The save pipeline and its commit protocol. A checkpoint appears whole or
-// not at all:
+// not at all. The steps below are those of storage that renames atomically
+// (POSIX); storage that cannot (object stores) commits by creating
+// _SHARDKEEP conditionally instead, see "Without rename" further down. The
+// storage's features choose.
 //
 //  Blocking phase (caller's thread):
 //   1. Validate the request against its own meta.json. Publish this
@@ -54,9 +57,33 @@
 //
 // A crash before the rename leaves only the temporary folder, which no
 // reader accepts (it has no _SHARDKEEP at <path>) and the next save removes.
+//
+// Without rename (StorageFeatures::conditional_create, no atomic_rename):
+//  - The folder each process writes into is a generation,
+//    <path>/.shardkeep-g<16 hex digits>, drawn at random by the primary in
+//    step 2 and published in the key-value store before "prepared"; the
+//    others read it after that agreement. Step 2 refuses a committed
+//    checkpoint without `force`, and a folder holding anything but
+//    generations without `force`; it deletes nothing (another job may be
+//    writing its own generation there).
+//  - Step 5: the primary writes every meta.json into the generation,
+//    claims the outcome "commit", then (with `force`) reads and deletes the
+//    committed _SHARDKEEP, and creates <path>/_SHARDKEEP naming the
+//    generation ("data_folder") with WriteIfAbsent: that creation is the
+//    commit point. AlreadyExists: another save committed first; the save
+//    fails with AlreadyExists everywhere. Another failure: the record is
+//    read back (ours: committed; absent: not committed, and a record that
+//    `force` deleted is put back; unreadable: CommitStateUnknown).
+//  - After the commit the primary deletes every other generation at <path>
+//    (with `force`, every other entry): they can no longer commit. A
+//    failed save deletes its own generation where the rename protocol
+//    deletes its temporary folder. Between deleting the old record and
+//    creating the new one, a forced save leaves no checkpoint at <path>
+//    (docs/DESIGN_NOTES.md, "Commit on object stores").
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <set>
 #include <system_error>
 
@@ -74,6 +101,33 @@ namespace shardkeep {
 namespace {
 
 constexpr char kTmpSuffix[] = ".shardkeep-tmp";
+
+// How a save becomes visible, chosen from the storage's features.
+enum class CommitStrategy {
+  kRename,       // write <path>.shardkeep-tmp, rename it to <path>
+  kGenerations,  // write <path>/.shardkeep-g<id>, create <path>/_SHARDKEEP
+  kNone,         // the storage offers neither: a save cannot commit there
+};
+
+CommitStrategy ChooseStrategy(const StorageFeatures& features) {
+  if (features.atomic_rename) return CommitStrategy::kRename;
+  if (features.conditional_create) return CommitStrategy::kGenerations;
+  return CommitStrategy::kNone;
+}
+
+// A fresh generation folder name. 64 random bits: two saves to one path
+// drawing the same one is not a concern.
+std::string NewGenerationName() {
+  std::random_device device;
+  const uint64_t id = (uint64_t{device()} << 32) ^ device() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now()
+                                                .time_since_epoch()
+                                                .count());
+  char digits[17];
+  std::snprintf(digits, sizeof(digits), "%016llx",
+                static_cast<unsigned long long>(id));
+  return std::string(format::kGenerationPrefix) + digits;
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -183,17 +237,25 @@ class SaveOperation {
         coordinator_(std::move(coordinator)),
         request_(std::move(request)),
         options_(options),
+        features_(storage_->features()),
+        strategy_(ChooseStrategy(features_)),
         tmp_(request_.path + kTmpSuffix),
+        root_(tmp_),
         id_(OperationId(request_)),
         created_ns_(NowNs()) {}
 
   // Steps 1–2.
   Status Prepare() {
     Status local = ValidateRequest(request_);
+    if (local.ok()) local = CheckStrategy();
     if (local.ok()) local = PublishMetaDigest();
-    if (local.ok() && coordinator_->is_primary()) local = PrepareTemporaryDir();
+    if (local.ok() && coordinator_->is_primary()) {
+      local = strategy_ == CommitStrategy::kGenerations ? PrepareGeneration()
+                                                        : PrepareTemporaryDir();
+    }
     Status agreed = Agree("prepared", local);
     if (agreed.ok()) agreed = AgreeOnMeta();
+    if (agreed.ok()) agreed = LearnGeneration();
     if (!agreed.ok()) RemoveTemporaryDir();
     return agreed;
   }
@@ -240,6 +302,17 @@ class SaveOperation {
 
  private:
   std::string Key(const std::string& name) const { return id_ + "/" + name; }
+  std::string RecordFile() const {
+    return request_.path + "/" + format::kCommitFileName;
+  }
+
+  Status CheckStrategy() const {
+    if (strategy_ != CommitStrategy::kNone) return Status::Ok();
+    return InvalidArgumentError(
+        "save of " + request_.path +
+        ": its storage can neither rename atomically nor create a file only "
+        "if absent, so no save can commit there");
+  }
   std::string MetaKey(int process) const {
     return Key("prepared/meta/" + std::to_string(process));
   }
@@ -364,6 +437,13 @@ class SaveOperation {
       return CommitStateUnknownError("save of " + request_.path +
                                      ": the primary (process 0) reported " + *result);
     }
+    // Another job committed the path first (object stores): the same
+    // answer everywhere, so every process of this job knows why.
+    if (result->starts_with(std::string(StatusCodeName(StatusCode::kAlreadyExists)) +
+                            ":")) {
+      return AlreadyExistsError("save of " + request_.path +
+                                ": the primary (process 0) reported " + *result);
+    }
     return CancelledError("save of " + request_.path +
                           " was not committed because the primary failed: " + *result);
   }
@@ -417,10 +497,67 @@ class SaveOperation {
     return Status::Ok();
   }
 
+  // The primary's part of step 2 on storage without rename: the checks of
+  // PrepareTemporaryDir, but nothing is deleted before the commit (another
+  // job may be writing its own generation here), and the generation's name
+  // goes to the other processes.
+  Status PrepareGeneration() {
+    const std::string& path = request_.path;
+    generation_ = NewGenerationName();
+    root_ = path + "/" + generation_;
+    SK_ASSIGN_OR_RETURN(bool committed, storage_->Exists(RecordFile()));
+    if (committed && !request_.force) {
+      return AlreadyExistsError("a checkpoint is already committed at " + path +
+                                "; pass force=True to replace it");
+    }
+    if (!committed && !request_.force) {
+      // Generations of saves that failed or are under way are no obstacle.
+      Result<std::vector<std::string>> entries = storage_->List(path);
+      if (!entries.ok() && entries.status().code() != StatusCode::kNotFound) {
+        return entries.status();
+      }
+      for (const std::string& entry : entries.ok() ? *entries : std::vector<std::string>()) {
+        if (format::IsGenerationFolderName(entry)) continue;
+        return AlreadyExistsError(path + " holds " + entry +
+                                  " but no _SHARDKEEP, so it is not a shardkeep "
+                                  "checkpoint; pass force=True to replace it");
+      }
+    }
+    // Keys need no folders: the writers' files create them.
+    if (coordinator_->process_count() == 1) return Status::Ok();
+    return coordinator_->KeyValueSet(Key("generation"), generation_)
+        .WithContext("save of " + path + ": publishing its folder");
+  }
+
+  // After "prepared": where the primary's generation is, on the others.
+  Status LearnGeneration() {
+    if (strategy_ != CommitStrategy::kGenerations || coordinator_->is_primary()) {
+      return Status::Ok();
+    }
+    Result<std::string> published =
+        coordinator_->KeyValueGet(Key("generation"), options_.timeout_s);
+    SK_RETURN_IF_ERROR(published.status().WithContext(
+        "save of " + request_.path + ": waiting for the primary's folder name"));
+    if (!format::IsGenerationFolderName(*published)) {
+      return InternalError("save of " + request_.path + ": the primary published '" +
+                           *published + "' as its folder name");
+    }
+    generation_ = std::move(*published);
+    root_ = request_.path + "/" + generation_;
+    return Status::Ok();
+  }
+
   // Once every process knows the save failed, its files are garbage. Best
-  // effort: the next save to this path removes what is left.
+  // effort: the next save to this path (rename) or the next commit there
+  // (generations) removes what is left.
   void RemoveTemporaryDir() {
-    if (coordinator_->is_primary()) (void)internal::DiscardFolder(*storage_, tmp_);
+    if (!coordinator_->is_primary()) return;
+    if (strategy_ != CommitStrategy::kGenerations) {
+      (void)internal::DiscardFolder(*storage_, tmp_);
+    } else if (!generation_.empty()) {
+      // A generation never holds a commit record: no order to keep.
+      (void)storage_->DeleteRecursive(root_);
+    }
   }
 
   // A full disk is named as such, with what this process meant to write.
@@ -430,11 +567,11 @@ class SaveOperation {
         "save of " + request_.path + " ran out of space: process " +
         std::to_string(coordinator_->process_index()) + " had " +
         std::to_string(BytesToWrite(request_.parts, coordinator_->is_primary())) +
-        " bytes to write (before compression) into " + tmp_);
+        " bytes to write (before compression) into " + root_);
   }
 
   Status WritePart(const CheckpointablePayload& part) {
-    const std::string dir = tmp_ + "/" + part.name;
+    const std::string dir = root_ + "/" + part.name;
     if (part.kind == "pytree") {
       return internal::WriteShards(*storage_, dir, coordinator_->process_index(),
                                    part.shards, options_)
@@ -445,6 +582,11 @@ class SaveOperation {
   }
 
   Status Commit() {
+    if (strategy_ == CommitStrategy::kGenerations) return CommitGeneration();
+    return CommitByRename();
+  }
+
+  format::CommitRecord NewRecord() const {
     format::CommitRecord record;
     record.step = request_.step;
     record.created_ns = created_ns_;
@@ -452,9 +594,6 @@ class SaveOperation {
     record.custom_metadata = request_.custom_metadata;
     record.metrics = request_.metrics;
     for (const CheckpointablePayload& part : request_.parts) {
-      const std::string dir = tmp_ + "/" + part.name;
-      SK_RETURN_IF_ERROR(storage_->WriteAll(
-          dir + "/" + format::kMetaFileName, part.meta_json, true));
       record.checkpointables.push_back({part.name, part.kind});
       if (part.kind == "pytree") {
         std::vector<std::string>& files = record.index_files[part.name];
@@ -462,14 +601,21 @@ class SaveOperation {
           files.push_back(format::IndexFileName(p));
         }
       }
-      for (const char* sub : {"/data", "/index", ""}) {
-        SK_RETURN_IF_ERROR(storage_->SyncDir(dir + sub));
-      }
     }
-    record.committed_ns = NowNs();
-    SK_RETURN_IF_ERROR(storage_->WriteAll(tmp_ + "/" + format::kCommitFileName,
-                                          format::EncodeCommitRecord(record), true));
-    SK_RETURN_IF_ERROR(storage_->SyncDir(tmp_));
+    return record;
+  }
+
+  // The primary writes each checkpointable's meta.json into root_.
+  Status WriteMetas() {
+    for (const CheckpointablePayload& part : request_.parts) {
+      SK_RETURN_IF_ERROR(storage_->WriteAll(
+          root_ + "/" + part.name + "/" + format::kMetaFileName, part.meta_json, true));
+    }
+    return Status::Ok();
+  }
+
+  // Claims the outcome "commit" (see the outcome key above).
+  Status ClaimCommit() {
     Status claim = coordinator_->KeyValueSet(Key("outcome"), "commit");
     if (claim.code() == StatusCode::kAlreadyExists) {
       return CancelledError("save of " + request_.path +
@@ -478,16 +624,155 @@ class SaveOperation {
     }
     // Any other failure: the claim may have been stored, so the others may
     // wait for the result, which says "not committed".
-    SK_RETURN_IF_ERROR(claim);
+    return claim;
+  }
+
+  Status CommitByRename() {
+    format::CommitRecord record = NewRecord();
+    SK_RETURN_IF_ERROR(WriteMetas());
+    for (const CheckpointablePayload& part : request_.parts) {
+      const std::string dir = tmp_ + "/" + part.name;
+      for (const char* sub : {"/data", "/index", ""}) {
+        SK_RETURN_IF_ERROR(storage_->SyncDir(dir + sub));
+      }
+    }
+    record.committed_ns = NowNs();
+    SK_RETURN_IF_ERROR(storage_->WriteAll(tmp_ + "/" + format::kCommitFileName,
+                                          format::EncodeCommitRecord(record), true));
+    SK_RETURN_IF_ERROR(storage_->SyncDir(tmp_));
+    SK_RETURN_IF_ERROR(ClaimCommit());
     return internal::MakeVisible(*storage_, tmp_, request_.path)
         .WithContext("save of " + request_.path);
+  }
+
+  // Step 5 on storage without rename: the conditional creation of
+  // <path>/_SHARDKEEP naming this save's generation is the commit point.
+  Status CommitGeneration() {
+    format::CommitRecord record = NewRecord();
+    record.data_folder = generation_;
+    // No folder syncs: on a store that creates objects conditionally, each
+    // object is durable once its write returns, and folders are only key
+    // prefixes.
+    SK_RETURN_IF_ERROR(WriteMetas());
+    record.committed_ns = NowNs();
+    const std::string bytes = format::EncodeCommitRecord(record);
+    SK_RETURN_IF_ERROR(ClaimCommit());
+    std::optional<std::string> replaced;
+    if (request_.force) {
+      SK_ASSIGN_OR_RETURN(replaced, RemoveRecord());
+    }
+    const Status created = storage_->WriteIfAbsent(RecordFile(), bytes);
+    if (created.ok()) {
+      RemoveOtherGenerations();
+      return Status::Ok();
+    }
+    const std::string context = "save of " + request_.path;
+    if (created.code() == StatusCode::kAlreadyExists) {
+      return AlreadyExistsError(context + ": another save committed " + request_.path +
+                                " first (" + created.ToString() + ")");
+    }
+    // The request failed, but the record may have been stored all the same
+    // (a reply lost on the way back): the record says.
+    Result<std::string> stored = storage_->ReadAll(RecordFile());
+    if (stored.ok() && *stored == bytes) {
+      RemoveOtherGenerations();
+      return Status::Ok();
+    }
+    if (stored.ok()) {
+      return AlreadyExistsError(context + ": another save committed " + request_.path +
+                                " first (writing _SHARDKEEP: " + created.ToString() + ")");
+    }
+    if (stored.status().code() != StatusCode::kNotFound) {
+      return CommitStateUnknownError(
+          context + ": writing " + RecordFile() + " failed (" + created.ToString() +
+          ") and reading it back failed too (" + stored.status().ToString() +
+          "); the checkpoint may or may not be committed: check it before relying on it");
+    }
+    if (!replaced) return created.WithContext(context + ": nothing was committed");
+    return RestoreRecord(*replaced, created);
+  }
+
+  // With `force`: deletes the committed record at the path, returning it
+  // (nullopt when there is none). From here until the new record is
+  // created, the path holds no checkpoint; the previous one's data stays
+  // whole in its folder. An error: the record is (still) there.
+  Result<std::optional<std::string>> RemoveRecord() {
+    const std::string file = RecordFile();
+    Result<std::string> previous = storage_->ReadAll(file);
+    if (previous.status().code() == StatusCode::kNotFound) {
+      return std::optional<std::string>();
+    }
+    SK_RETURN_IF_ERROR(previous.status().WithContext("save of " + request_.path +
+                                                     ": reading the record it replaces"));
+    const Status deleted = storage_->DeleteFile(file);
+    if (deleted.ok() || deleted.code() == StatusCode::kNotFound) {
+      return std::optional<std::string>(std::move(*previous));
+    }
+    // The deletion may have happened all the same.
+    Result<bool> still_there = storage_->Exists(file);
+    if (still_there.ok() && !*still_there) {
+      return std::optional<std::string>(std::move(*previous));
+    }
+    const std::string context = "save of " + request_.path +
+                                ": removing the record of the checkpoint it replaces";
+    if (still_there.ok()) return deleted.WithContext(context);
+    // Unknown whether it is gone: creating it again either puts it back or
+    // finds it still there; either way the previous checkpoint stays.
+    const Status restored = storage_->WriteIfAbsent(file, *previous);
+    if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
+      return deleted.WithContext(context);
+    }
+    return StorageError(context + " failed (" + deleted.ToString() +
+                        "), and neither checking for it (" +
+                        still_there.status().ToString() + ") nor putting it back (" +
+                        restored.ToString() + ") worked; if " + file +
+                        " is gone, nothing is committed at " + request_.path);
+  }
+
+  // The new record could not be created after the previous one was
+  // removed: puts the previous one back, so the path holds it again.
+  Status RestoreRecord(const std::string& previous, const Status& failure) {
+    const std::string context = "save of " + request_.path;
+    const Status restored = storage_->WriteIfAbsent(RecordFile(), previous);
+    if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
+      return failure.WithContext(context + ": nothing was committed; " +
+                                 (restored.ok() ? "the previous checkpoint is back"
+                                                : "another save committed meanwhile"));
+    }
+    return Status(failure.code(),
+                  context + " failed (" + failure.ToString() +
+                      ") after removing the record of the checkpoint it replaces, and "
+                      "putting that record back failed too (" + restored.ToString() +
+                      "): nothing is committed at " + request_.path +
+                      "; the previous checkpoint's files are still there, without "
+                      "a record");
+  }
+
+  // After a commit: every other generation under the path can only lose
+  // (the record exists), so it is deleted, and with `force` whatever else
+  // was there (a replaced checkpoint in the layout without generations).
+  // Best effort: a later commit or the manager's cleanup retries.
+  void RemoveOtherGenerations() {
+    Result<std::vector<std::string>> entries = storage_->List(request_.path);
+    if (!entries.ok()) return;
+    for (const std::string& entry : *entries) {
+      if (entry == generation_ || entry == format::kCommitFileName) continue;
+      if (format::IsGenerationFolderName(entry) || request_.force) {
+        (void)storage_->DeleteRecursive(request_.path + "/" + entry);
+      }
+    }
   }
 
   std::shared_ptr<Storage> storage_;
   std::shared_ptr<Coordinator> coordinator_;
   SaveRequest request_;
   const Options options_;
+  const StorageFeatures features_;
+  const CommitStrategy strategy_;
   const std::string tmp_;
+  // Where this process writes: tmp_, or <path>/<generation_> once known.
+  std::string root_;
+  std::string generation_;  // kGenerations: this save's folder name
   const std::string id_;
   const int64_t created_ns_;
 };

@@ -1,8 +1,9 @@
 // The commit protocol and a load at scale, by simulation: n simulated
 // processes (SimulatedGroup members, one thread each) save one leaf split
-// in n row blocks onto the memory backend, then one reader loads the whole
-// leaf, merging the n index files. Checks every value and prints the
-// timings; scripts/scale.sh runs it with up to 1,024 processes and checks
+// in n row blocks onto the memory backend (in its file-system mode, which
+// commits by rename, and its object-store mode, which commits by creating
+// _SHARDKEEP conditionally), then one reader loads the whole leaf, merging
+// the n index files. Checks every value and prints the timings; scripts/scale.sh runs it with up to 1,024 processes and checks
 // the goal (each step under a second at 1,024, growing about linearly).
 //
 // Environment:
@@ -54,11 +55,11 @@ struct Timings {
 
 // Saves a (n * kRowsPerProcess) x kCols float32 leaf from n simulated
 // processes, then loads it whole and checks every element.
-Timings SaveAndLoad(int n) {
+Timings SaveAndLoad(int n, MemoryStorageMode mode) {
   const uint64_t rows = n * kRowsPerProcess;
   std::vector<float> values(rows * kCols);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-  std::shared_ptr<Storage> storage = NewMemoryStorage();
+  std::shared_ptr<Storage> storage = NewMemoryStorage(mode);
   SimulatedGroup group(n);
   Options options;
   options.io_threads = 1;
@@ -113,15 +114,27 @@ Timings SaveAndLoad(int n) {
   return timings;
 }
 
-TEST(ScaleTest, CommitAndLoadGrowLinearly) {
+class ScaleTest : public ::testing::TestWithParam<MemoryStorageMode> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ScaleTest,
+                         ::testing::Values(MemoryStorageMode::kFileSystem,
+                                           MemoryStorageMode::kObjectStore),
+                         [](const auto& info) {
+                           return info.param == MemoryStorageMode::kFileSystem
+                                      ? "Rename"
+                                      : "ObjectStore";
+                         });
+
+TEST_P(ScaleTest, CommitAndLoadGrowLinearly) {
   const std::vector<int> sizes = GroupSizes();
   ASSERT_FALSE(sizes.empty());
+  const char* mode = GetParam() == MemoryStorageMode::kFileSystem ? "rename" : "object store";
   Timings largest;
   for (int n : sizes) {
-    const Timings timings = SaveAndLoad(n);
-    std::printf("scale: %5d processes: commit %.3f s (%.0f us/process), "
+    const Timings timings = SaveAndLoad(n, GetParam());
+    std::printf("scale (%s): %5d processes: commit %.3f s (%.0f us/process), "
                 "load of %d index files %.3f s (%.0f us/file)\n",
-                n, timings.commit_s, 1e6 * timings.commit_s / n, n, timings.load_s,
+                mode, n, timings.commit_s, 1e6 * timings.commit_s / n, n, timings.load_s,
                 1e6 * timings.load_s / n);
     std::fflush(stdout);
     if (n == *std::max_element(sizes.begin(), sizes.end())) largest = timings;

@@ -61,6 +61,14 @@ bool IsSafeCheckpointableName(std::string_view name) {
   });
 }
 
+bool IsGenerationFolderName(std::string_view name) {
+  const std::string_view prefix = kGenerationPrefix;
+  if (name.size() != prefix.size() + 16 || !name.starts_with(prefix)) return false;
+  return std::all_of(name.begin() + prefix.size(), name.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
 std::string EncodeCommitRecord(const CommitRecord& record) {
   ordered_json j;
   j["format"] = "shardkeep";
@@ -69,6 +77,7 @@ std::string EncodeCommitRecord(const CommitRecord& record) {
   j["created_ns"] = record.created_ns;
   j["committed_ns"] = record.committed_ns;
   j["process_count"] = record.process_count;
+  if (record.data_folder) j["data_folder"] = *record.data_folder;
   ordered_json checkpointables = ordered_json::object();
   for (const CheckpointableEntry& e : record.checkpointables) {
     checkpointables[e.name] = {{"kind", e.kind}};
@@ -134,6 +143,18 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
   SK_RETURN_IF_ERROR(
       GetInt(*pc, file, "process_count", 1, INT_MAX, &process_count));
   record.process_count = static_cast<int>(process_count);
+
+  // Absent: the checkpointables sit beside _SHARDKEEP. Present: exactly a
+  // generation name, so that no record can send a reader elsewhere
+  // ("../other", "/etc", "a/b").
+  if (auto folder = j.find("data_folder"); folder != j.end()) {
+    if (!folder->is_string() || !IsGenerationFolderName(folder->get<std::string>())) {
+      return corrupt(std::string("expected \"data_folder\" to be \"") + kGenerationPrefix +
+                     "\" followed by 16 lower-case hexadecimal digits, found " +
+                     folder->dump(-1, ' ', false, ordered_json::error_handler_t::replace));
+    }
+    record.data_folder = folder->get<std::string>();
+  }
 
   // Checkpointables, in document order (ordered_json keeps it).
   auto cps = j.find("checkpointables");

@@ -17,6 +17,10 @@ namespace shardkeep::format {
 
 inline constexpr char kCommitFileName[] = "_SHARDKEEP";
 inline constexpr int kFormatVersion = 1;
+// Saves on storage without rename (object stores) write each attempt into
+// its own folder <checkpoint>/.shardkeep-g<16 hex digits>, a "generation";
+// the commit record names the one that committed (CommitRecord::data_folder).
+inline constexpr char kGenerationPrefix[] = ".shardkeep-g";
 
 struct CheckpointableEntry {
   std::string name;  // also its folder name
@@ -29,6 +33,10 @@ struct CommitRecord {
   int64_t created_ns = 0;
   int64_t committed_ns = 0;
   int process_count = 1;
+  // The folder, relative to the checkpoint, that holds the checkpointable
+  // folders: a generation name (IsGenerationFolderName). Absent: the
+  // checkpoint's own folder (saves that commit by renaming).
+  std::optional<std::string> data_folder;
   std::vector<CheckpointableEntry> checkpointables;  // in save order
   // checkpointable name → index files relative to the checkpointable folder.
   std::map<std::string, std::vector<std::string>> index_files;
@@ -40,8 +48,8 @@ std::string EncodeCommitRecord(const CommitRecord& record);
 
 // Refuses a foreign "format", a higher version, missing or mistyped
 // fields, and hostile names: a checkpointable name must be a single safe
-// path component and index paths must be "index/p<N>.idx". Unknown fields
-// are ignored. Errors name `file`.
+// path component, index paths must be "index/p<N>.idx" and a data folder a
+// generation name. Unknown fields are ignored. Errors name `file`.
 Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
                                         const std::string& file);
 
@@ -49,5 +57,9 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
 // [A-Za-z0-9_.-], not starting with '.', and not "_SHARDKEEP" (the commit
 // record lives beside the folders).
 bool IsSafeCheckpointableName(std::string_view name);
+
+// True when `name` is kGenerationPrefix followed by exactly 16 lower-case
+// hexadecimal digits.
+bool IsGenerationFolderName(std::string_view name);
 
 }  // namespace shardkeep::format

@@ -45,6 +45,7 @@ void ExpectSameRecord(const CommitRecord& a, const CommitRecord& b) {
   EXPECT_EQ(a.created_ns, b.created_ns);
   EXPECT_EQ(a.committed_ns, b.committed_ns);
   EXPECT_EQ(a.process_count, b.process_count);
+  EXPECT_EQ(a.data_folder, b.data_folder);
   ASSERT_EQ(a.checkpointables.size(), b.checkpointables.size());
   for (size_t i = 0; i < a.checkpointables.size(); ++i) {
     EXPECT_EQ(a.checkpointables[i].name, b.checkpointables[i].name);
@@ -87,6 +88,18 @@ TEST(CommitRecordGolden, EncoderMatchesGoldenByteForByte) {
   const std::string golden = ReadTestFile("golden_SHARDKEEP");
   ASSERT_FALSE(golden.empty()) << "missing cpp/testdata/format/golden_SHARDKEEP";
   EXPECT_EQ(EncodeCommitRecord(GoldenRecord()), golden);
+}
+
+// cpp/testdata/format/golden_generation_SHARDKEEP: the golden record as an
+// object-store save writes it, with "data_folder" after "process_count".
+TEST(CommitRecordGolden, GenerationRecordMatchesGoldenByteForByte) {
+  const std::string golden = ReadTestFile("golden_generation_SHARDKEEP");
+  ASSERT_FALSE(golden.empty());
+  CommitRecord record = GoldenRecord();
+  record.data_folder = ".shardkeep-g3f09a1c27d54be80";
+  EXPECT_EQ(EncodeCommitRecord(record), golden);
+  SK_ASSERT_OK_AND_ASSIGN(auto decoded, DecodeCommitRecord(golden, kFile));
+  ExpectSameRecord(decoded, record);
 }
 
 TEST(CommitRecordGolden, DecoderReadsGolden) {
@@ -256,6 +269,45 @@ TEST(CommitRecordErrors, BadIndexPaths) {
               StatusCode::kCorruption, "expected an array");
   ExpectError(WithField("index_files", {{"ghost", {"index/p0.idx"}}}),
               StatusCode::kCorruption, "\"ghost\", which is not a checkpointable");
+}
+
+TEST(CommitRecord, DataFolderRoundTripsAndIsAbsentByDefault) {
+  CommitRecord r = GoldenRecord();
+  EXPECT_EQ(EncodeCommitRecord(r).find("data_folder"), std::string::npos);
+  r.data_folder = ".shardkeep-g0123456789abcdef";
+  const std::string text = EncodeCommitRecord(r);
+  EXPECT_NE(text.find("\"data_folder\": \".shardkeep-g0123456789abcdef\""),
+            std::string::npos) << text;
+  SK_ASSERT_OK_AND_ASSIGN(auto decoded, DecodeCommitRecord(text, kFile));
+  ExpectSameRecord(decoded, r);
+}
+
+TEST(CommitRecordErrors, HostileDataFolders) {
+  for (const nlohmann::ordered_json& folder :
+       {nlohmann::ordered_json("../x"), nlohmann::ordered_json("/etc"),
+        nlohmann::ordered_json("."), nlohmann::ordered_json(""),
+        nlohmann::ordered_json("state"), nlohmann::ordered_json(".shardkeep-g"),
+        nlohmann::ordered_json(".shardkeep-g0123456789abcde"),    // 15 digits
+        nlohmann::ordered_json(".shardkeep-g0123456789abcdef0"),  // 17
+        nlohmann::ordered_json(".shardkeep-g0123456789ABCDEF"),
+        nlohmann::ordered_json(".shardkeep-g0123456789abcdef/.."),
+        nlohmann::ordered_json(".shardkeep-g../../../../etc/x"),
+        nlohmann::ordered_json("x/.shardkeep-g0123456789abcdef"),
+        nlohmann::ordered_json(std::string(".shardkeep-g0123456789abcde\0", 28)),
+        nlohmann::ordered_json(nullptr), nlohmann::ordered_json(7),
+        nlohmann::ordered_json::array({".shardkeep-g0123456789abcdef"})}) {
+    SCOPED_TRACE(folder.dump());
+    ExpectError(WithField("data_folder", folder), StatusCode::kCorruption,
+                "expected \"data_folder\"");
+  }
+}
+
+TEST(CommitRecord, GenerationFolderNames) {
+  EXPECT_TRUE(IsGenerationFolderName(".shardkeep-g0123456789abcdef"));
+  EXPECT_TRUE(IsGenerationFolderName(".shardkeep-gffffffffffffffff"));
+  EXPECT_FALSE(IsGenerationFolderName(".shardkeep-g0123456789abcdeg"));
+  EXPECT_FALSE(IsGenerationFolderName(".shardkeep-tmp"));
+  EXPECT_FALSE(IsGenerationFolderName("state"));
 }
 
 TEST(CommitRecord, SafeNames) {

@@ -13,6 +13,23 @@ class FaultInjectionStorage::State {
     hook_ = std::move(hook);
   }
 
+  void SetAnswerHook(Hook hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    answer_hook_ = std::move(hook);
+  }
+
+  // After a call that changed the storage answered `answer`: the answer
+  // the caller gets.
+  Status After(std::string_view op, const std::string& path, Status answer) {
+    if (!answer.ok()) return answer;
+    Hook hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = answer_hook_;
+    }
+    return hook ? hook(op, path) : answer;
+  }
+
   void SetFeatures(StorageFeatures features) {
     std::lock_guard<std::mutex> lock(mu_);
     features_ = features;
@@ -49,6 +66,7 @@ class FaultInjectionStorage::State {
  private:
   mutable std::mutex mu_;
   Hook hook_;
+  Hook answer_hook_;
   std::optional<StorageFeatures> features_;
   std::map<std::string, int, std::less<>> counts_;
 };
@@ -99,6 +117,10 @@ int FaultInjectionStorage::Count(std::string_view op) const {
   return state_->Count(op);
 }
 
+void FaultInjectionStorage::LoseAnswerOn(Hook hook) {
+  state_->SetAnswerHook(std::move(hook));
+}
+
 void FaultInjectionStorage::OverrideFeatures(StorageFeatures features) {
   state_->SetFeatures(features);
 }
@@ -126,7 +148,7 @@ Result<uint64_t> FaultInjectionStorage::FileSize(const std::string& path) {
 Status FaultInjectionStorage::WriteAll(const std::string& path,
                                        std::string_view data, bool sync) {
   SK_RETURN_IF_ERROR(state_->Before("WriteAll", path));
-  return base_->WriteAll(path, data, sync);
+  return state_->After("WriteAll", path, base_->WriteAll(path, data, sync));
 }
 
 Result<std::unique_ptr<WritableFile>> FaultInjectionStorage::OpenForAppend(
@@ -152,23 +174,23 @@ Result<std::vector<std::string>> FaultInjectionStorage::List(
 
 Status FaultInjectionStorage::CreateDir(const std::string& dir) {
   SK_RETURN_IF_ERROR(state_->Before("CreateDir", dir));
-  return base_->CreateDir(dir);
+  return state_->After("CreateDir", dir, base_->CreateDir(dir));
 }
 
 Status FaultInjectionStorage::DeleteFile(const std::string& path) {
   SK_RETURN_IF_ERROR(state_->Before("DeleteFile", path));
-  return base_->DeleteFile(path);
+  return state_->After("DeleteFile", path, base_->DeleteFile(path));
 }
 
 Status FaultInjectionStorage::DeleteRecursive(const std::string& path) {
   SK_RETURN_IF_ERROR(state_->Before("DeleteRecursive", path));
-  return base_->DeleteRecursive(path);
+  return state_->After("DeleteRecursive", path, base_->DeleteRecursive(path));
 }
 
 Status FaultInjectionStorage::Rename(const std::string& from,
                                      const std::string& to) {
   SK_RETURN_IF_ERROR(state_->Before("Rename", from));
-  return base_->Rename(from, to);
+  return state_->After("Rename", from, base_->Rename(from, to));
 }
 
 Status FaultInjectionStorage::SyncDir(const std::string& dir) {
@@ -181,6 +203,12 @@ Result<bool> FaultInjectionStorage::Exchange(const std::string& a,
   SK_RETURN_IF_ERROR(state_->Before("Exchange", a));
   if (!features().atomic_exchange) return false;
   return base_->Exchange(a, b);
+}
+
+Status FaultInjectionStorage::WriteIfAbsent(const std::string& path,
+                                            std::string_view data) {
+  SK_RETURN_IF_ERROR(state_->Before("WriteIfAbsent", path));
+  return state_->After("WriteIfAbsent", path, base_->WriteIfAbsent(path, data));
 }
 
 }  // namespace shardkeep

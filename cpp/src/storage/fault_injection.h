@@ -30,6 +30,12 @@ class FaultInjectionStorage final : public Storage {
 
   // Replaces the hook; an empty Hook lets every call through.
   void FailOn(Hook hook);
+  // A second hook, asked after a call that changes the storage (WriteAll,
+  // WriteIfAbsent, CreateDir, DeleteFile, DeleteRecursive, Rename) reached
+  // the backend and succeeded: a non-OK Status replaces its answer. This is
+  // a reply lost on the way back (a connection reset after the server
+  // stored an object): the change happened, the caller hears a failure.
+  void LoseAnswerOn(Hook hook);
   // How many times `op` was called, including the calls the hook failed.
   int Count(std::string_view op) const;
   // Reports `features` instead of the wrapped backend's; without
@@ -55,6 +61,7 @@ class FaultInjectionStorage final : public Storage {
   Status SyncDir(const std::string& dir) override;
   // op "Exchange", path `a`.
   Result<bool> Exchange(const std::string& a, const std::string& b) override;
+  Status WriteIfAbsent(const std::string& path, std::string_view data) override;
 
   // Hook and counters, shared with the WritableFiles this storage opened so
   // they stay valid if a file outlives the storage.

@@ -81,6 +81,7 @@ TEST_F(FaultInjectionTest, EveryOperationCanBeFailed) {
       storage_.Rename("d", "e"),
       storage_.SyncDir("d"),
       storage_.Exchange("d", "e").status(),
+      storage_.WriteIfAbsent("d/h", "z"),
   };
   for (const Status& status : statuses) {
     EXPECT_EQ(status.code(), StatusCode::kStorage) << status.ToString();
@@ -90,9 +91,34 @@ TEST_F(FaultInjectionTest, EveryOperationCanBeFailed) {
   for (const char* op :
        {"ReadAt", "ReadAll", "FileSize", "WriteAll", "OpenForAppend", "Exists",
         "List", "CreateDir", "DeleteFile", "DeleteRecursive", "Rename",
-        "SyncDir", "Exchange"}) {
+        "SyncDir", "Exchange", "WriteIfAbsent"}) {
     EXPECT_EQ(storage_.Count(op), 1) << op;
   }
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, base_->Exists("d/h"));
+  EXPECT_FALSE(exists);
+}
+
+TEST_F(FaultInjectionTest, ForwardsWriteIfAbsent) {
+  SK_ASSERT_OK(storage_.WriteIfAbsent("f", "first"));
+  EXPECT_EQ(storage_.WriteIfAbsent("f", "second").code(), StatusCode::kAlreadyExists);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, base_->ReadAll("f"));
+  EXPECT_EQ(content, "first");
+  EXPECT_EQ(storage_.Count("WriteIfAbsent"), 2);
+}
+
+TEST_F(FaultInjectionTest, LostAnswerFollowsTheChange) {
+  storage_.LoseAnswerOn([](std::string_view op, const std::string& path) {
+    if (op == "WriteIfAbsent") return StorageError("connection reset after " + path);
+    return Status::Ok();
+  });
+  const Status status = storage_.WriteIfAbsent("f", "stored");
+  EXPECT_EQ(status.code(), StatusCode::kStorage);
+  EXPECT_EQ(status.message(), "connection reset after f");
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, base_->ReadAll("f"));
+  EXPECT_EQ(content, "stored");
+  // A call that failed by itself keeps its own answer.
+  EXPECT_EQ(storage_.WriteIfAbsent("f", "again").code(), StatusCode::kAlreadyExists);
+  SK_ASSERT_OK(storage_.WriteAll("g", "g", false));
 }
 
 TEST_F(FaultInjectionTest, OverriddenFeaturesHideExchange) {

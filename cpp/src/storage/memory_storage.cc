@@ -1,7 +1,10 @@
 // The in-memory backend for tests. Paths are keys; a trailing '/' is
-// ignored. It mirrors the file backend: writing a file creates its parent
-// directories, and a directory exists once created until it is deleted, so a
-// test sees the same List/Exists answers from both.
+// ignored. In its file-system mode it mirrors the file backend: writing a
+// file creates its parent directories, and a directory exists once created
+// until it is deleted, so a test sees the same List/Exists answers from
+// both. In its object-store mode it mirrors S3: there are only keys, a
+// "directory" is the set of keys below it (none: it does not exist), and
+// nothing can be renamed.
 
 #include <algorithm>
 #include <cstring>
@@ -78,6 +81,12 @@ struct Store {
   bool IsDir(const std::string& path) const {
     return path.empty() || dirs.count(path) > 0;
   }
+  // Whether some file's key lies below `dir`. REQUIRES: mu held.
+  bool HasFilesBelow(const std::string& dir) const {
+    const std::string prefix = ChildPrefix(dir);
+    const auto it = files.lower_bound(prefix);
+    return it != files.end() && StartsWith(it->first, prefix);
+  }
 };
 
 // The key of a `dirs` entry or of a `files` entry.
@@ -137,8 +146,16 @@ class MemoryWritableFile final : public WritableFile {
 
 class MemoryStorage final : public Storage {
  public:
+  explicit MemoryStorage(MemoryStorageMode mode)
+      : objects_(mode == MemoryStorageMode::kObjectStore) {}
+
   StorageFeatures features() const override {
-    return {.atomic_rename = true, .durable_sync = false, .atomic_exchange = true};
+    if (objects_) {
+      return {.atomic_rename = false, .durable_sync = false,
+              .atomic_exchange = false, .conditional_create = true};
+    }
+    return {.atomic_rename = true, .durable_sync = false, .atomic_exchange = true,
+            .conditional_create = true};
   }
 
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
@@ -181,15 +198,29 @@ class MemoryStorage final : public Storage {
         std::make_unique<MemoryWritableFile>(store_, key));
   }
 
+  Status WriteIfAbsent(const std::string& path, std::string_view data) override {
+    const std::string key = Normalize(path);
+    File file = MakeFile(data);
+    std::lock_guard<std::mutex> lock(store_->mu);
+    if (store_->files.count(key) > 0 || (!objects_ && store_->IsDir(key))) {
+      return AlreadyExistsError("create " + key + ": it exists already");
+    }
+    return Put(key, std::move(file));
+  }
+
   Result<bool> Exists(const std::string& path) override {
     const std::string key = Normalize(path);
     std::lock_guard<std::mutex> lock(store_->mu);
-    return store_->files.count(key) > 0 || store_->IsDir(key);
+    return store_->files.count(key) > 0 || IsDir(key);
   }
 
   Result<std::vector<std::string>> List(const std::string& dir) override {
     const std::string key = Normalize(dir);
     std::lock_guard<std::mutex> lock(store_->mu);
+    if (objects_) {
+      if (!IsDir(key)) return NotFoundError("list " + key + ": no key below it");
+      return ObjectChildren(ChildPrefix(key));
+    }
     if (!store_->IsDir(key)) {
       if (store_->files.count(key) > 0) {
         return StorageError("list " + key + ": Not a directory");
@@ -205,6 +236,8 @@ class MemoryStorage final : public Storage {
   }
 
   Status CreateDir(const std::string& dir) override {
+    // Keys have no folders to create: one exists once a key lies below it.
+    if (objects_) return Status::Ok();
     const std::string key = Normalize(dir);
     std::lock_guard<std::mutex> lock(store_->mu);
     if (store_->files.count(key) > 0) {
@@ -240,6 +273,9 @@ class MemoryStorage final : public Storage {
     const std::string source = Normalize(from);
     const std::string target = Normalize(to);
     const std::string what = "rename " + source + " to " + target;
+    if (objects_) {
+      return StorageError(what + ": an object store cannot rename");
+    }
     std::lock_guard<std::mutex> lock(store_->mu);
     if (store_->files.count(source) == 0 && store_->dirs.count(source) == 0) {
       return NotFoundError(what + ": No such file or directory");
@@ -268,6 +304,7 @@ class MemoryStorage final : public Storage {
     const std::string first = Normalize(a);
     const std::string second = Normalize(b);
     const std::string what = "exchange " + first + " and " + second;
+    if (objects_) return false;  // no atomic swap of key ranges
     std::lock_guard<std::mutex> lock(store_->mu);
     for (const std::string& key : {first, second}) {
       if (store_->files.count(key) == 0 && store_->dirs.count(key) == 0) {
@@ -300,8 +337,37 @@ class MemoryStorage final : public Storage {
     return it->second;
   }
 
+  // A directory: created (file-system mode) or with keys below it (object
+  // mode). REQUIRES: store_->mu held.
+  bool IsDir(const std::string& key) const {
+    return objects_ ? key.empty() || store_->HasFilesBelow(key) : store_->IsDir(key);
+  }
+
+  // The names directly below `prefix` among the keys: a key's next path
+  // segment, once. REQUIRES: store_->mu held.
+  std::vector<std::string> ObjectChildren(const std::string& prefix) const {
+    std::vector<std::string> names;
+    for (auto it = store_->files.lower_bound(prefix);
+         it != store_->files.end() && StartsWith(it->first, prefix); ++it) {
+      std::string_view rest = std::string_view(it->first).substr(prefix.size());
+      rest = rest.substr(0, rest.find('/'));
+      if (!rest.empty() && (names.empty() || names.back() != rest)) {
+        names.emplace_back(rest);
+      }
+    }
+    // A segment's keys need not be adjacent: a file "a" and the keys below
+    // "a/" sort around "a-b" ('-' comes before '/'). So sort and dedupe.
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+  }
+
   // REQUIRES: store_->mu held.
   Status Put(const std::string& key, File file) {
+    if (objects_) {
+      store_->files[key] = std::move(file);
+      return Status::Ok();
+    }
     if (store_->IsDir(key)) {
       return StorageError("open " + key + ": Is a directory");
     }
@@ -348,13 +414,14 @@ class MemoryStorage final : public Storage {
     }
   }
 
+  const bool objects_;  // object-store mode
   const std::shared_ptr<Store> store_ = std::make_shared<Store>();
 };
 
 }  // namespace
 
-std::shared_ptr<Storage> NewMemoryStorage() {
-  return std::make_shared<MemoryStorage>();
+std::shared_ptr<Storage> NewMemoryStorage(MemoryStorageMode mode) {
+  return std::make_shared<MemoryStorage>(mode);
 }
 
 }  // namespace shardkeep

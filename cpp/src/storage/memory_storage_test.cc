@@ -22,6 +22,110 @@ TEST(MemoryStorageTest, Features) {
   EXPECT_TRUE(features.atomic_rename);
   EXPECT_FALSE(features.durable_sync);
   EXPECT_TRUE(features.atomic_exchange);
+  EXPECT_TRUE(features.conditional_create);
+}
+
+TEST(MemoryStorageTest, WriteIfAbsentCreatesOnce) {
+  auto storage = NewMemoryStorage();
+  SK_ASSERT_OK(storage->WriteIfAbsent("d/f", "first"));
+  const Status again = storage->WriteIfAbsent("d/f", "second");
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage->ReadAll("d/f"));
+  EXPECT_EQ(content, "first");
+  // A directory is in the way as much as a file.
+  EXPECT_EQ(storage->WriteIfAbsent("d", "x").code(), StatusCode::kAlreadyExists);
+}
+
+// Of many writers racing to create one key, exactly one wins.
+TEST(MemoryStorageTest, WriteIfAbsentRaceHasOneWinner) {
+  for (MemoryStorageMode mode :
+       {MemoryStorageMode::kFileSystem, MemoryStorageMode::kObjectStore}) {
+    auto storage = NewMemoryStorage(mode);
+    std::atomic<int> wins{0};
+    std::vector<std::thread> writers;
+    for (int i = 0; i < 8; ++i) {
+      writers.emplace_back([&, i] {
+        const Status s = storage->WriteIfAbsent("commit", std::to_string(i));
+        if (s.ok()) {
+          ++wins;
+        } else {
+          EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+        }
+      });
+    }
+    for (std::thread& t : writers) t.join();
+    EXPECT_EQ(wins, 1);
+  }
+}
+
+TEST(MemoryObjectStorageTest, FeaturesSayObjectStore) {
+  const StorageFeatures features =
+      NewMemoryStorage(MemoryStorageMode::kObjectStore)->features();
+  EXPECT_FALSE(features.atomic_rename);
+  EXPECT_FALSE(features.atomic_exchange);
+  EXPECT_TRUE(features.conditional_create);
+  EXPECT_FALSE(features.durable_sync);
+}
+
+TEST(MemoryObjectStorageTest, DirectoriesAreTheKeysBelowThem) {
+  auto storage = NewMemoryStorage(MemoryStorageMode::kObjectStore);
+  // Creating a folder stores nothing.
+  SK_ASSERT_OK(storage->CreateDir("empty/sub"));
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, storage->Exists("empty"));
+  EXPECT_FALSE(exists);
+  EXPECT_EQ(storage->List("empty").status().code(), StatusCode::kNotFound);
+
+  SK_ASSERT_OK(storage->WriteAll("a/b/c", "1", false));
+  SK_ASSERT_OK(storage->WriteAll("a/b-x", "2", false));
+  SK_ASSERT_OK(storage->WriteAll("a/b/d/e", "3", false));
+  SK_ASSERT_OK(storage->WriteAll("a/f", "4", false));
+  SK_ASSERT_OK_AND_ASSIGN(exists, storage->Exists("a/b"));
+  EXPECT_TRUE(exists);
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage->List("a"));
+  EXPECT_EQ(names, (std::vector<std::string>{"b", "b-x", "f"}));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage->List("a/b/"));
+  EXPECT_EQ(names, (std::vector<std::string>{"c", "d"}));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage->List(""));
+  EXPECT_EQ(names, std::vector<std::string>{"a"});
+
+  // A key and a "folder" of the same name may coexist, as in S3.
+  SK_ASSERT_OK(storage->WriteAll("a/b", "file", false));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage->List("a"));
+  EXPECT_EQ(names, (std::vector<std::string>{"b", "b-x", "f"}));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage->ReadAll("a/b"));
+  EXPECT_EQ(content, "file");
+
+  // The folder goes away with its last key.
+  SK_ASSERT_OK(storage->DeleteRecursive("a/b"));
+  SK_ASSERT_OK_AND_ASSIGN(names, storage->List("a"));
+  EXPECT_EQ(names, (std::vector<std::string>{"b-x", "f"}));
+  SK_ASSERT_OK(storage->DeleteFile("a/f"));
+  SK_ASSERT_OK(storage->DeleteFile("a/b-x"));
+  SK_ASSERT_OK_AND_ASSIGN(exists, storage->Exists("a"));
+  EXPECT_FALSE(exists);
+}
+
+TEST(MemoryObjectStorageTest, NothingRenames) {
+  auto storage = NewMemoryStorage(MemoryStorageMode::kObjectStore);
+  SK_ASSERT_OK(storage->WriteAll("a/x", "a", false));
+  SK_ASSERT_OK(storage->WriteAll("b/x", "b", false));
+  const Status renamed = storage->Rename("a", "c");
+  EXPECT_EQ(renamed.code(), StatusCode::kStorage);
+  EXPECT_NE(renamed.message().find("cannot rename"), std::string::npos) << renamed.ToString();
+  SK_ASSERT_OK_AND_ASSIGN(bool swapped, storage->Exchange("a", "b"));
+  EXPECT_FALSE(swapped);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage->ReadAll("a/x"));
+  EXPECT_EQ(content, "a");
+}
+
+TEST(MemoryObjectStorageTest, WriteIfAbsentSeesOnlyTheKey) {
+  auto storage = NewMemoryStorage(MemoryStorageMode::kObjectStore);
+  SK_ASSERT_OK(storage->WriteAll("p/data", "x", false));
+  // "p" is a prefix, not a key: it can be created.
+  SK_ASSERT_OK(storage->WriteIfAbsent("p", "record"));
+  EXPECT_EQ(storage->WriteIfAbsent("p", "other").code(), StatusCode::kAlreadyExists);
+  SK_ASSERT_OK(storage->DeleteFile("p"));
+  SK_ASSERT_OK(storage->WriteIfAbsent("p", "again"));
 }
 
 TEST(MemoryStorageTest, ExchangeSwapsAndRefusesNesting) {

@@ -37,6 +37,14 @@ std::shared_ptr<Storage> ProcessMemoryStorage() {
   return storage;
 }
 
+// The same for the object-store mode; its own keys, since the two modes
+// disagree on what a directory is.
+std::shared_ptr<Storage> ProcessMemoryObjectStorage() {
+  static const std::shared_ptr<Storage> storage =
+      NewMemoryStorage(MemoryStorageMode::kObjectStore);
+  return storage;
+}
+
 }  // namespace
 
 Result<StorageLocation> ResolveStorage(const std::string& url,
@@ -50,6 +58,8 @@ Result<StorageLocation> ResolveStorage(const std::string& url,
     path.remove_prefix(separator + 3);
     if (scheme == "memory") {
       storage = ProcessMemoryStorage();
+    } else if (scheme == "memory-objects") {
+      storage = ProcessMemoryObjectStorage();
     } else if (scheme == "file") {
       storage = NewFileStorage();
     } else if (scheme == "s3") {

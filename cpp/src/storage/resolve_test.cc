@@ -37,8 +37,29 @@ TEST(ResolveStorageTest, MemoryUrlsShareOneStore) {
   SK_ASSERT_OK(b.storage->DeleteRecursive(b.path));
 }
 
+TEST(ResolveStorageTest, MemoryObjectUrlsShareOneObjectStore) {
+  SK_ASSERT_OK_AND_ASSIGN(StorageLocation a,
+                          ResolveStorage("memory-objects://resolve_test/a/"));
+  EXPECT_EQ(a.path, "resolve_test/a");
+  EXPECT_FALSE(a.storage->features().atomic_rename);
+  EXPECT_TRUE(a.storage->features().conditional_create);
+  SK_ASSERT_OK(a.storage->WriteAll(a.path + "/f", "objects", false));
+
+  SK_ASSERT_OK_AND_ASSIGN(StorageLocation b,
+                          ResolveStorage("memory-objects://resolve_test"));
+  EXPECT_EQ(b.storage, a.storage);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content,
+                          b.storage->ReadAll(b.path + "/a/f"));
+  EXPECT_EQ(content, "objects");
+  // Not the memory:// store.
+  SK_ASSERT_OK_AND_ASSIGN(StorageLocation plain,
+                          ResolveStorage("memory://resolve_test"));
+  EXPECT_NE(plain.storage, a.storage);
+  SK_ASSERT_OK(b.storage->DeleteRecursive(b.path));
+}
+
 TEST(ResolveStorageTest, RejectsEmptyPaths) {
-  for (const char* url : {"", "memory://", "file://"}) {
+  for (const char* url : {"", "memory://", "memory-objects://", "file://"}) {
     EXPECT_EQ(ResolveStorage(url).status().code(),
               StatusCode::kInvalidArgument)
         << url;
