@@ -79,6 +79,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       answer.ok()) {
     SK_FUZZ_CHECK(answer->error.has_value() != !answer->etag.empty());
   }
+  if (auto errors = s3::DecodeDeleteObjects(bytes, "delete"); errors.ok()) {
+    for (const auto& error : *errors) {
+      SK_FUZZ_CHECK(!error.key.empty() && !error.error.code.empty());
+    }
+  }
+  if (auto page = s3::DecodeListMultipartUploads(bytes, "uploads");
+      page.ok()) {
+    for (const auto& upload : page->uploads) {
+      SK_FUZZ_CHECK(!upload.key.empty() && !upload.upload_id.empty());
+    }
+  }
   CheckEncoderRoundTrip(bytes);
   return 0;
 }

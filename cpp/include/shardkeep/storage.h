@@ -128,6 +128,8 @@ struct S3Overrides {
   std::optional<std::string> region;
   std::optional<std::string> endpoint_url;  // "http://127.0.0.1:8333"
   std::optional<std::string> profile;
+  // Retrying one request gives up after this long; default 600.
+  std::optional<double> timeout_s;
 };
 
 // A backend and the path inside it that a URL names.
@@ -142,7 +144,9 @@ struct StorageLocation {
 // trailing '/' is dropped). InvalidArgument for an unknown scheme or an
 // empty path.
 // "s3://bucket/prefix" → the S3 backend of `bucket` configured from `s3`,
-// the environment and the AWS files, path "prefix".
+// the environment and the AWS files, path "prefix". Storages are shared
+// process-wide by configuration and bucket, so their connections are
+// reused.
 Result<StorageLocation> ResolveStorage(const std::string& url,
                                        const S3Overrides& s3 = {});
 

@@ -17,6 +17,18 @@ SK_INSTANTIATE_STORAGE_CONFORMANCE(
                return StorageLocation{NewMemoryStorage(), "root"};
              }}));
 
+// The object-store mode stands in for S3 in the engine's tests, so it must
+// pass the suite as S3 does.
+SK_INSTANTIATE_STORAGE_CONFORMANCE(
+    MemoryObjects,
+    (StorageTestBackend{"memory_objects",
+                        [] {
+                          return StorageLocation{
+                              NewMemoryStorage(MemoryStorageMode::kObjectStore),
+                              "root"};
+                        },
+                        /*object_store=*/true}));
+
 TEST(MemoryStorageTest, Features) {
   const StorageFeatures features = NewMemoryStorage()->features();
   EXPECT_TRUE(features.atomic_rename);

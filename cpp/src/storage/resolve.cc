@@ -1,11 +1,17 @@
 // Maps a storage URL to a backend and a path inside it.
 
 #include <cctype>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "shardkeep/storage.h"
+#include "storage/s3/curl_transport.h"
+#include "storage/s3/s3_client.h"
+#include "storage/s3/s3_location.h"
+#include "storage/s3/s3_storage.h"
 
 namespace shardkeep {
 namespace {
@@ -45,11 +51,46 @@ std::shared_ptr<Storage> ProcessMemoryObjectStorage() {
   return storage;
 }
 
+// One storage per resolved configuration and bucket for the whole process,
+// so that every checkpoint in a bucket shares one pool of connections.
+Result<std::shared_ptr<Storage>> ProcessS3Storage(const s3::S3Url& url,
+                                                  const S3Overrides& overrides) {
+  SK_ASSIGN_OR_RETURN(
+      s3::S3Config config,
+      s3::ResolveS3Config(url.bucket, overrides,
+                          s3::ProcessConfigEnvironment()));
+  s3::S3ClientOptions options;
+  options.timeout_s = overrides.timeout_s.value_or(s3::kDefaultTimeoutS);
+  if (!(options.timeout_s > 0)) {
+    return InvalidArgumentError("S3 timeout_s must be positive, not " +
+                                std::to_string(options.timeout_s));
+  }
+  // The secret is part of the key (two secrets are two stores) but the key
+  // is never printed.
+  const std::string key =
+      url.bucket + '\n' + config.endpoint + '\n' + config.region + '\n' +
+      (config.path_style ? "path" : "host") + '\n' +
+      config.credentials.access_key_id + '\n' +
+      config.credentials.secret_access_key + '\n' +
+      config.credentials.session_token + '\n' +
+      std::to_string(options.timeout_s);
+  static std::mutex mu;
+  static auto* storages = new std::map<std::string, std::shared_ptr<Storage>>;
+  static const std::shared_ptr<s3::HttpTransport> transport =
+      s3::NewCurlTransport();
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<Storage>& storage = (*storages)[key];
+  if (storage == nullptr) {
+    storage = s3::NewS3Storage(std::make_shared<s3::S3Client>(
+        std::move(config), url.bucket, transport, options));
+  }
+  return storage;
+}
+
 }  // namespace
 
 Result<StorageLocation> ResolveStorage(const std::string& url,
                                        const S3Overrides& s3) {
-  (void)s3;  // used once the S3 backend resolves s3:// URLs
   std::shared_ptr<Storage> storage;
   std::string_view path = url;
   const size_t separator = url.find("://");
@@ -63,8 +104,13 @@ Result<StorageLocation> ResolveStorage(const std::string& url,
     } else if (scheme == "file") {
       storage = NewFileStorage();
     } else if (scheme == "s3") {
-      return InvalidArgumentError("storage URL " + url +
-                                  ": s3:// is not supported yet");
+      SK_ASSIGN_OR_RETURN(s3::S3Url parsed, s3::ParseS3Url(url));
+      if (parsed.prefix.empty()) {
+        return InvalidArgumentError("storage URL '" + url +
+                                    "' names a bucket but no path in it");
+      }
+      SK_ASSIGN_OR_RETURN(storage, ProcessS3Storage(parsed, s3));
+      return StorageLocation{std::move(storage), parsed.prefix};
     } else {
       return InvalidArgumentError("storage URL " + url + ": unknown scheme '" +
                                   std::string(scheme) + "'");

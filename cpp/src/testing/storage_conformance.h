@@ -26,6 +26,10 @@ struct StorageTestBackend {
   // A backend and an existing, empty directory in it, fresh for each test.
   // The suite deletes the directory (DeleteRecursive) after the test.
   std::function<StorageLocation()> make;
+  // Keys under prefixes rather than directories (S3): CreateDir leaves
+  // nothing behind, so an empty directory does not exist, and Rename is
+  // refused. Everything else is the same.
+  bool object_store = false;
 };
 // Lets gtest name the backend in failure messages.
 void PrintTo(const StorageTestBackend& backend, std::ostream* os);
@@ -38,6 +42,12 @@ class StorageConformanceTest
 
   // `name` inside the test's directory.
   std::string Path(std::string_view name) const;
+  // Whether empty directories exist and renames work (not on object
+  // stores).
+  bool HasDirs() const { return !GetParam().object_store; }
+  // On a backend without rename: Rename(from, to) fails, naming both, and
+  // changes nothing.
+  void ExpectRenameRefused(const std::string& from, const std::string& to);
 
   std::shared_ptr<Storage> storage_;
   std::string root_;

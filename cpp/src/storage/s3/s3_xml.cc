@@ -340,4 +340,66 @@ Result<std::string> EncodeCompleteMultipartUpload(
   return out;
 }
 
+Result<std::string> EncodeDeleteObjects(const std::vector<std::string>& keys) {
+  if (keys.empty() || keys.size() > 1000) {
+    return InvalidArgumentError("DeleteObjects takes 1 to 1000 keys, not " +
+                                std::to_string(keys.size()));
+  }
+  std::string out =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<Delete xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<Quiet>true</Quiet>";
+  for (const std::string& key : keys) {
+    for (const char c : key) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+        return InvalidArgumentError("key '" + key.substr(0, 64) +
+                                    "' holds a byte XML 1.0 cannot carry");
+      }
+    }
+    out += "<Object><Key>";
+    AppendEscaped(out, key);
+    out += "</Key></Object>";
+  }
+  out += "</Delete>";
+  return out;
+}
+
+Result<std::vector<DeleteError>> DecodeDeleteObjects(std::string_view body,
+                                                     const std::string& what) {
+  SK_ASSIGN_OR_RETURN(Element root, ParseRoot(body, what, "DeleteResult"));
+  std::vector<DeleteError> errors;
+  for (const Element& child : root.children) {
+    if (child.name != "Error") continue;
+    SK_ASSIGN_OR_RETURN(std::string key, RequiredText(child, "Key", what));
+    SK_RETURN_IF_ERROR(RequiredText(child, "Code", what).status());
+    errors.push_back(DeleteError{std::move(key), ErrorFields(child)});
+  }
+  return errors;
+}
+
+Result<MultipartUploadsPage> DecodeListMultipartUploads(
+    std::string_view body, const std::string& what) {
+  SK_ASSIGN_OR_RETURN(Element root,
+                      ParseRoot(body, what, "ListMultipartUploadsResult"));
+  MultipartUploadsPage page;
+  for (const Element& child : root.children) {
+    if (child.name != "Upload") continue;
+    MultipartUploadsPage::Upload upload;
+    SK_ASSIGN_OR_RETURN(upload.key, RequiredText(child, "Key", what));
+    SK_ASSIGN_OR_RETURN(upload.upload_id,
+                        RequiredText(child, "UploadId", what));
+    page.uploads.push_back(std::move(upload));
+  }
+  const std::string truncated = TextOf(root, "IsTruncated");
+  page.is_truncated = truncated == "true";
+  page.next_key_marker = TextOf(root, "NextKeyMarker");
+  page.next_upload_id_marker = TextOf(root, "NextUploadIdMarker");
+  if (page.is_truncated && page.next_key_marker.empty() &&
+      page.next_upload_id_marker.empty()) {
+    return Malformed(what, "truncated upload listing without markers");
+  }
+  return page;
+}
+
 }  // namespace shardkeep::s3

@@ -94,4 +94,35 @@ Result<CompleteMultipartUploadAnswer> DecodeCompleteMultipartUpload(
 Result<std::string> EncodeCompleteMultipartUpload(
     const std::vector<CompletedPart>& parts);
 
+// The DeleteObjects request body (quiet mode: the answer lists only the
+// keys that failed). InvalidArgument for an empty list, more than 1000
+// keys, or a key that XML 1.0 cannot carry (control characters other than
+// tab, newline and carriage return), which the caller deletes singly.
+Result<std::string> EncodeDeleteObjects(const std::vector<std::string>& keys);
+
+// A key DeleteObjects could not delete.
+struct DeleteError {
+  std::string key;
+  ErrorDocument error;
+};
+
+// DeleteObjects' answer (root element DeleteResult): its Error entries.
+Result<std::vector<DeleteError>> DecodeDeleteObjects(std::string_view body,
+                                                     const std::string& what);
+
+// One page of ListMultipartUploads (root ListMultipartUploadsResult).
+struct MultipartUploadsPage {
+  struct Upload {
+    std::string key;
+    std::string upload_id;
+  };
+  std::vector<Upload> uploads;
+  bool is_truncated = false;
+  std::string next_key_marker;
+  std::string next_upload_id_marker;
+};
+
+Result<MultipartUploadsPage> DecodeListMultipartUploads(
+    std::string_view body, const std::string& what);
+
 }  // namespace shardkeep::s3

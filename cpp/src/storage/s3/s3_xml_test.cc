@@ -389,5 +389,68 @@ TEST(S3XmlTest, SampleAnswersInTestdataDecode) {
   EXPECT_EQ(failed.error->code, "InternalError");
 }
 
+TEST(S3XmlTest, EncodesDeleteObjectsWithEscapedKeys) {
+  SK_ASSERT_OK_AND_ASSIGN(std::string body,
+                          EncodeDeleteObjects({"a/b", "x<&>\"'y"}));
+  EXPECT_TRUE(Has(body, "<Quiet>true</Quiet>"));
+  EXPECT_TRUE(Has(body, "<Object><Key>a/b</Key></Object>"));
+  EXPECT_TRUE(Has(body, "<Key>x&lt;&amp;&gt;&quot;&apos;y</Key>"));
+  EXPECT_EQ(EncodeDeleteObjects({}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeDeleteObjects(std::vector<std::string>(1001, "k"))
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  // XML 1.0 cannot carry most control characters; the caller deletes
+  // such keys one by one.
+  EXPECT_EQ(EncodeDeleteObjects({std::string("a\x01b")}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(S3XmlTest, DecodesDeleteObjectsErrors) {
+  SK_ASSERT_OK_AND_ASSIGN(
+      std::vector<DeleteError> errors,
+      DecodeDeleteObjects(
+          "<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+          "<Deleted><Key>ok</Key></Deleted><Error><Key>k1</Key>"
+          "<Code>AccessDenied</Code><Message>no</Message></Error>"
+          "</DeleteResult>",
+          "POST x"));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].key, "k1");
+  EXPECT_EQ(errors[0].error.code, "AccessDenied");
+  SK_ASSERT_OK_AND_ASSIGN(errors,
+                          DecodeDeleteObjects("<DeleteResult/>", "POST x"));
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(DecodeDeleteObjects("<Error><Key>k</Key></Error>", "POST x")
+                .status()
+                .code(),
+            StatusCode::kCorruption);
+}
+
+TEST(S3XmlTest, DecodesListMultipartUploads) {
+  SK_ASSERT_OK_AND_ASSIGN(
+      MultipartUploadsPage page,
+      DecodeListMultipartUploads(
+          "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+          "<NextKeyMarker>b</NextKeyMarker><NextUploadIdMarker>u2"
+          "</NextUploadIdMarker><Upload><Key>a</Key><UploadId>u1</UploadId>"
+          "</Upload><Upload><Key>b</Key><UploadId>u2</UploadId></Upload>"
+          "</ListMultipartUploadsResult>",
+          "GET x"));
+  ASSERT_EQ(page.uploads.size(), 2u);
+  EXPECT_EQ(page.uploads[1].key, "b");
+  EXPECT_EQ(page.uploads[1].upload_id, "u2");
+  EXPECT_TRUE(page.is_truncated);
+  EXPECT_EQ(page.next_key_marker, "b");
+  const Status endless =
+      DecodeListMultipartUploads(
+          "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+          "</ListMultipartUploadsResult>",
+          "GET x")
+          .status();
+  EXPECT_EQ(endless.code(), StatusCode::kCorruption);
+}
+
 }  // namespace
 }  // namespace shardkeep::s3

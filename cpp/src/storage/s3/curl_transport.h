@@ -1,0 +1,15 @@
+// HttpTransport over libcurl: a pool of easy handles reused across
+// requests, so that each keeps its connection alive (curl_easy_reset keeps
+// a handle's connections), and every request performed on the calling
+// thread.
+#pragma once
+
+#include <memory>
+
+#include "storage/s3/http_transport.h"
+
+namespace shardkeep::s3 {
+
+std::shared_ptr<HttpTransport> NewCurlTransport();
+
+}  // namespace shardkeep::s3

@@ -1,0 +1,282 @@
+#include "storage/s3/s3_storage.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardkeep::s3 {
+namespace {
+
+// DeleteObjects takes at most this many keys.
+constexpr size_t kDeleteBatch = 1000;
+
+// A path as a key: leading '/' dropped (paths are relative to the bucket).
+std::string KeyOf(const std::string& path) {
+  size_t start = 0;
+  while (start < path.size() && path[start] == '/') ++start;
+  return path.substr(start);
+}
+
+// The prefix that holds a directory's keys: "dir/", or "" for the bucket.
+std::string DirPrefix(const std::string& path) {
+  std::string key = KeyOf(path);
+  while (!key.empty() && key.back() == '/') key.pop_back();
+  return key.empty() ? key : key + "/";
+}
+
+class S3Storage final : public Storage {
+ public:
+  S3Storage(std::shared_ptr<const S3Client> client, S3StorageOptions options)
+      : client_(std::move(client)), options_(options) {}
+
+  StorageFeatures features() const override {
+    StorageFeatures features;
+    features.atomic_rename = false;
+    features.durable_sync = true;  // a successful PUT is durable
+    features.atomic_exchange = false;
+    features.conditional_create = true;
+    return features;
+  }
+
+  Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
+                void* dst) override {
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    if (size == 0) {
+      // Nothing to fetch, but a missing object is still NotFound.
+      return FileSize(path).status();
+    }
+    SK_ASSIGN_OR_RETURN(
+        S3Answer answer,
+        client_->GetRange(key, offset, size, static_cast<char*>(dst)));
+    const HttpResponse& response = answer.response;
+    const bool whole_object = response.status == 200 && offset == 0;
+    if (response.status == 416 ||
+        (response.status != 206 && !whole_object) ||
+        response.dst_bytes != size) {
+      return CorruptionError(
+          client_->Url(key) + ": reading " + std::to_string(size) +
+          " bytes at offset " + std::to_string(offset) + " got " +
+          (response.status == 416 ? std::string("none (it ends before)")
+                                  : std::to_string(response.dst_bytes) +
+                                        " (HTTP " +
+                                        std::to_string(response.status) +
+                                        ")"));
+    }
+    return Status::Ok();
+  }
+
+  Result<std::string> ReadAll(const std::string& path) override {
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    return client_->GetObject(key);
+  }
+
+  Result<uint64_t> FileSize(const std::string& path) override {
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    SK_ASSIGN_OR_RETURN(std::optional<uint64_t> size, client_->HeadObject(key));
+    if (!size) return NotFoundError(client_->Url(key) + " does not exist");
+    return *size;
+  }
+
+  Status WriteAll(const std::string& path, std::string_view data,
+                  bool sync) override {
+    (void)sync;  // every successful PUT is durable
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    if (data.size() < 2 * options_.multipart.part_size) {
+      return client_->PutObject(key, data);
+    }
+    // Large objects go up in parallel parts, straight from `data`.
+    std::unique_ptr<WritableFile> file =
+        NewMultipartWriter(client_, key, options_.multipart);
+    SK_RETURN_IF_ERROR(file->Append(data.data(), data.size()));
+    return file->Close();
+  }
+
+  Status WriteIfAbsent(const std::string& path,
+                       std::string_view data) override {
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    S3Request request;
+    request.operation = "PutObject (If-None-Match)";
+    request.method = "PUT";
+    request.key = key;
+    request.headers = {{"If-None-Match", "*"}};
+    request.body = data;
+    request.handled_statuses = {412};
+    SK_ASSIGN_OR_RETURN(S3Answer answer, client_->Execute(request));
+    if (answer.response.status != 412) return Status::Ok();
+    const Status exists = AlreadyExistsError(
+        client_->Url(key) + " exists already: another writer created it "
+        "first (conditional PUT answered 412 PreconditionFailed)");
+    if (!answer.earlier_attempt_may_have_applied) return exists;
+    // An earlier attempt of ours may have created the object and lost its
+    // answer: then the object holds exactly our bytes. Equal bytes from
+    // another writer are indistinguishable and just as good to the caller.
+    Result<std::string> stored = client_->GetObject(key);
+    if (!stored.ok()) {
+      return CommitStateUnknownError(
+          client_->Url(key) + ": a conditional PUT may have succeeded before "
+          "its answer was lost, and reading the object back failed: " +
+          stored.status().ToString());
+    }
+    return *stored == data ? Status::Ok() : exists;
+  }
+
+  Result<std::unique_ptr<WritableFile>> OpenForAppend(
+      const std::string& path) override {
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    // Creates or truncates now, as the interface promises; the content
+    // replaces this empty object when the file completes.
+    SK_RETURN_IF_ERROR(client_->PutObject(key, std::string_view()));
+    return NewMultipartWriter(client_, key, options_.multipart);
+  }
+
+  Result<bool> Exists(const std::string& path) override {
+    const std::string key = KeyOf(path);
+    if (!key.empty() && key.back() != '/') {
+      SK_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
+                          client_->HeadObject(key));
+      if (size) return true;
+    }
+    SK_ASSIGN_OR_RETURN(ListObjectsPage page,
+                        client_->ListPage(DirPrefix(path), "", 1, ""));
+    return !page.objects.empty() || !page.common_prefixes.empty();
+  }
+
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    const std::string prefix = DirPrefix(dir);
+    SK_ASSIGN_OR_RETURN(ListObjectsPage all, client_->ListAll(prefix, "/"));
+    std::vector<std::string> names;
+    for (const ListedObject& object : all.objects) {
+      if (object.key.size() > prefix.size()) {
+        names.push_back(object.key.substr(prefix.size()));
+      }
+    }
+    for (const std::string& common : all.common_prefixes) {
+      std::string name = common.substr(std::min(prefix.size(), common.size()));
+      while (!name.empty() && name.back() == '/') name.pop_back();
+      if (!name.empty()) names.push_back(std::move(name));
+    }
+    if (names.empty()) {
+      return NotFoundError("nothing is stored under " + client_->Url(prefix));
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+  }
+
+  Status CreateDir(const std::string& dir) override {
+    (void)dir;  // directories are key prefixes; nothing to create
+    return Status::Ok();
+  }
+
+  Status DeleteFile(const std::string& path) override {
+    SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
+    // DELETE answers success for a missing key; the interface wants
+    // NotFound, so ask first (a racing deleter may still win in between,
+    // which leaves the same outcome).
+    SK_ASSIGN_OR_RETURN(std::optional<uint64_t> size, client_->HeadObject(key));
+    if (!size) return NotFoundError(client_->Url(key) + " does not exist");
+    return client_->DeleteObject(key);
+  }
+
+  Status DeleteRecursive(const std::string& path) override {
+    const std::string key = KeyOf(path);
+    const std::string prefix = DirPrefix(path);
+    std::vector<std::string> keys;
+    if (!key.empty() && key.back() != '/') keys.push_back(key);
+    SK_ASSIGN_OR_RETURN(ListObjectsPage all, client_->ListAll(prefix, ""));
+    // Servers that keep folders (SeaweedFS) leave an empty one behind each
+    // deleted key's parent, which listings would still show; deleting the
+    // folder names, deepest first, removes them. Elsewhere those keys do
+    // not exist and deleting them changes nothing.
+    std::map<size_t, std::set<std::string>, std::greater<size_t>> folders;
+    if (!prefix.empty()) folders[Depth(prefix)].insert(prefix);
+    for (ListedObject& object : all.objects) {
+      for (size_t slash = object.key.find('/', prefix.size());
+           slash != std::string::npos;
+           slash = object.key.find('/', slash + 1)) {
+        std::string folder = object.key.substr(0, slash + 1);
+        folders[Depth(folder)].insert(std::move(folder));
+      }
+      keys.push_back(std::move(object.key));
+    }
+    SK_RETURN_IF_ERROR(DeleteKeys(keys));
+    // Uploads left open by writers that died mid-file hold parts the store
+    // keeps (and bills) until they are aborted.
+    SK_ASSIGN_OR_RETURN(std::vector<MultipartUploadsPage::Upload> uploads,
+                        client_->ListMultipartUploads(key));
+    for (const MultipartUploadsPage::Upload& upload : uploads) {
+      if (upload.key == key || upload.key.rfind(prefix, 0) == 0) {
+        SK_RETURN_IF_ERROR(
+            client_->AbortMultipartUpload(upload.key, upload.upload_id));
+      }
+    }
+    for (auto& [depth, level] : folders) {
+      SK_RETURN_IF_ERROR(
+          DeleteKeys(std::vector<std::string>(level.begin(), level.end())));
+    }
+    return Status::Ok();
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    return StorageError(
+        "cannot rename " + client_->Url(KeyOf(from)) + " to " +
+        client_->Url(KeyOf(to)) +
+        ": object stores have no rename (checkpoints are committed there "
+        "with a conditional PUT)");
+  }
+
+  Status SyncDir(const std::string& dir) override {
+    (void)dir;  // every successful PUT is durable already
+    return Status::Ok();
+  }
+
+ private:
+  // The key of a file. Keys ending in '/' are refused: some servers treat
+  // them as directories.
+  Result<std::string> ObjectKey(const std::string& path) const {
+    std::string key = KeyOf(path);
+    if (key.empty() || key.back() == '/') {
+      return InvalidArgumentError("'" + path + "' in " + client_->Url("") +
+                                  " names no object (empty or ending in '/')");
+    }
+    return key;
+  }
+
+  static size_t Depth(const std::string& key) {
+    return static_cast<size_t>(std::count(key.begin(), key.end(), '/'));
+  }
+
+  // DeleteObjects batches of up to 1000 keys.
+  Status DeleteKeys(const std::vector<std::string>& keys) const {
+    for (size_t begin = 0; begin < keys.size(); begin += kDeleteBatch) {
+      const size_t end = std::min(keys.size(), begin + kDeleteBatch);
+      const std::vector<std::string> batch(keys.begin() + begin,
+                                           keys.begin() + end);
+      if (EncodeDeleteObjects(batch).ok()) {
+        SK_RETURN_IF_ERROR(client_->DeleteObjects(batch));
+        continue;
+      }
+      // A key XML cannot carry: one by one.
+      for (const std::string& one : batch) {
+        SK_RETURN_IF_ERROR(client_->DeleteObject(one));
+      }
+    }
+    return Status::Ok();
+  }
+
+  const std::shared_ptr<const S3Client> client_;
+  const S3StorageOptions options_;
+};
+
+}  // namespace
+
+std::shared_ptr<Storage> NewS3Storage(std::shared_ptr<const S3Client> client,
+                                      S3StorageOptions options) {
+  return std::make_shared<S3Storage>(std::move(client), options);
+}
+
+}  // namespace shardkeep::s3
