@@ -166,20 +166,12 @@ LeafBox ParseLeafBox(nb::handle item, const char* what) {
                   nb::cast<std::vector<uint64_t>>(fields[3]))};
 }
 
-// Bounds the S3 client's requests (retries included) by Options.timeout_s
-// unless the overrides set their own limit (a template so that it also
-// builds against overrides without one).
-template <typename Overrides>
-void DefaultS3Timeout(Overrides& s3, double timeout_s) {
-  if constexpr (requires { s3.timeout_s; }) {
-    if (!s3.timeout_s) s3.timeout_s = timeout_s;
-  }
-}
-
-// The overrides an s3:// path is resolved with.
+// The overrides an s3:// path is resolved with: the S3 client's requests
+// (their retries included) are bounded by Options.timeout_s unless the
+// overrides set their own limit.
 S3Overrides S3SettingsOf(const Options& options) {
   S3Overrides s3 = options.s3;
-  DefaultS3Timeout(s3, options.timeout_s);
+  if (!s3.timeout_s) s3.timeout_s = options.timeout_s;
   return s3;
 }
 

@@ -43,6 +43,7 @@ ACCESS_KEY_ID = "AKIASHARDKEEPTEST"
 SECRET_ACCESS_KEY = "shardkeep-test-secret-4f1c9a"
 REGION = "us-east-1"
 READY_TIMEOUT_S = 60.0
+_PROBE_BUCKET = "sk-ready-probe"
 
 # The ports `weed mini` listens on, by flag; each gets a free port.
 _PORT_FLAGS = (
@@ -137,7 +138,9 @@ class SeaweedServer:
         return args
 
     def start(self) -> None:
-        """Starts the server and waits until a signed ListBuckets succeeds."""
+        """Starts the server and waits until it serves signed requests:
+        ListBuckets, then the write and read of a probe object (after a
+        restart ListBuckets answers before the volume server is back)."""
         assert self.process is None, "already running"
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(_dying_with_this_process(self._args()), stdout=log,
@@ -153,7 +156,7 @@ class SeaweedServer:
                 raise RuntimeError(f"weed mini exited with status {code} while starting:\n"
                                    f"{self.log_tail()}")
             try:
-                client.list_buckets()
+                self._probe(client)
                 return
             except Exception as e:  # noqa: BLE001 - not up yet
                 if time.monotonic() > deadline:
@@ -161,6 +164,16 @@ class SeaweedServer:
                     raise RuntimeError(f"weed mini not ready within {READY_TIMEOUT_S} s ({e}):"
                                        f"\n{self.log_tail()}") from e
                 time.sleep(0.1)
+
+    @staticmethod
+    def _probe(client) -> None:
+        buckets = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+        if _PROBE_BUCKET not in buckets:
+            client.create_bucket(Bucket=_PROBE_BUCKET)
+        body = os.urandom(16)
+        client.put_object(Bucket=_PROBE_BUCKET, Key="probe", Body=body)
+        if client.get_object(Bucket=_PROBE_BUCKET, Key="probe")["Body"].read() != body:
+            raise RuntimeError("the probe object reads back different bytes")
 
     def stop(self) -> None:
         """Stops the server (SIGTERM, then SIGKILL) and waits for it to exit."""
