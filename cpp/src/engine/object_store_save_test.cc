@@ -260,6 +260,46 @@ TEST(ObjectStoreSaveTest, TwoJobsRacingForOnePathHaveOneWinner) {
   }
 }
 
+// A save still writing when another one commits the path loses its files to
+// the winner's cleanup; it must report the lost race, not the missing files.
+TEST(ObjectStoreSaveTest, ASaveOvertakenWhileWritingFailsWithAlreadyExists) {
+  auto base = NewObjectStore();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool slow_writing = false, fast_done = false;
+  auto slow_storage = std::make_shared<FaultInjectionStorage>(base);
+  slow_storage->FailOn([&](std::string_view op, const std::string&) {
+    if (op != "Append") return Status::Ok();
+    std::unique_lock<std::mutex> lock(mu);
+    if (!slow_writing) {  // its first write: wait for the other save
+      slow_writing = true;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::seconds(10), [&] { return fast_done; });
+    }
+    return Status::Ok();
+  });
+  Status slow;
+  std::thread slow_job([&] { slow = SaveJob(slow_storage, 2, 100)[0]; });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return slow_writing; }));
+  }
+  SK_EXPECT_OK(SaveVersion(base, 200));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    fast_done = true;
+  }
+  cv.notify_all();
+  slow_job.join();
+
+  EXPECT_EQ(slow.code(), StatusCode::kAlreadyExists) << slow.ToString();
+  EXPECT_NE(slow.message().find("another save committed " + std::string(kPath) + " first"),
+            std::string::npos)
+      << slow.ToString();
+  EXPECT_EQ(CommittedVersion(base), 200.f);
+  EXPECT_EQ(Generations(*base), std::vector<std::string>{CommittedGeneration(*base)});
+}
+
 TEST(ObjectStoreSaveTest, ForceReplacesAndRemovesTheOldGeneration) {
   auto storage = NewObjectStore();
   for (const Status& status : SaveJob(storage, 2, 1)) SK_EXPECT_OK(status);

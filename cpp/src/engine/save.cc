@@ -269,6 +269,7 @@ class SaveOperation {
     }
     Status written = Agree("written", ExplainIfOutOfSpace(local));
     if (!written.ok()) {
+      written = ExplainIfOvertaken(std::move(written));
       RemoveTemporaryDir();
       return written;
     }
@@ -690,6 +691,21 @@ class SaveOperation {
     }
     if (!replaced) return created.WithContext(context + ": nothing was committed");
     return RestoreRecord(*replaced, created);
+  }
+
+  // On storage without rename, a save still writing when another save to
+  // the same path commits loses its files to the winner's cleanup, and its
+  // writes fail; the cause worth reporting is the lost race. Without
+  // `force` the path held no record at "prepared", so a record there now
+  // was committed by another save meanwhile. (With `force` the record may
+  // be the one being replaced, so the failure stays as it is.)
+  Status ExplainIfOvertaken(Status failed) const {
+    if (strategy_ != CommitStrategy::kGenerations || request_.force) return failed;
+    Result<bool> committed = storage_->Exists(RecordFile());
+    if (!committed.ok() || !*committed) return failed;
+    return AlreadyExistsError("save of " + request_.path + ": another save committed " +
+                              request_.path + " first, while this one was writing (" +
+                              failed.ToString() + ")");
   }
 
   // With `force`: deletes the committed record at the path, returning it

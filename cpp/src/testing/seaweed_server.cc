@@ -206,6 +206,15 @@ Status SeaweedServer::WaitUntilReady(double timeout_s) const {
     list.operation = "ListBuckets";
     list.method = "GET";
     last = client.Execute(list).status();
+    // After a restart the gateway may answer before the volume server
+    // takes data again: wait for a write to each bucket too.
+    for (const std::string& bucket : buckets_) {
+      if (!last.ok()) break;
+      const s3::S3Client writer(config(), bucket, s3::NewCurlTransport(),
+                                options);
+      last = writer.PutObject(".shardkeep-probe", "probe");
+      if (last.ok()) last = writer.DeleteObject(".shardkeep-probe");
+    }
     if (last.ok()) return Status::Ok();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -252,7 +261,7 @@ s3::S3Config SeaweedServer::config() const {
   return config;
 }
 
-Status SeaweedServer::CreateBucket(const std::string& bucket) const {
+Status SeaweedServer::CreateBucket(const std::string& bucket) {
   s3::S3Config admin = config();
   admin.credentials.access_key_id = kAdminKeyId;
   admin.credentials.secret_access_key = kAdminSecret;
@@ -260,7 +269,9 @@ Status SeaweedServer::CreateBucket(const std::string& bucket) const {
   s3::S3Request create;
   create.operation = "CreateBucket";
   create.method = "PUT";
-  return client.Execute(create).status();
+  SK_RETURN_IF_ERROR(client.Execute(create).status());
+  buckets_.push_back(bucket);
+  return Status::Ok();
 }
 
 }  // namespace shardkeep::testing

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shardkeep/status.h"
 #include "storage/s3/s3_location.h"
@@ -36,14 +37,15 @@ class SeaweedServer {
 
   // Stops the server (its whole process group); the data stays.
   Status Stop();
-  // Starts it again on the same ports and data.
+  // Starts it again on the same ports and data; ready when the buckets
+  // created before take writes again.
   Status Restart();
 
   // "http://127.0.0.1:<port>" of the S3 gateway.
   std::string endpoint() const;
   // Endpoint, region and the test credentials, path-style.
   s3::S3Config config() const;
-  Status CreateBucket(const std::string& bucket) const;
+  Status CreateBucket(const std::string& bucket);
 
  private:
   SeaweedServer() = default;
@@ -53,6 +55,7 @@ class SeaweedServer {
   std::string binary_;
   std::string dir_;  // data, credentials file, log
   std::map<std::string, int> ports_;
+  std::vector<std::string> buckets_;  // created by CreateBucket
   pid_t pid_ = -1;
 };
 

@@ -230,6 +230,7 @@ class MultipartWriter final : public WritableFile {
     }
     const Status completed =
         client_->CompleteMultipartUpload(key_, upload_id_, parts);
+    if (completed.ok()) upload_id_.clear();  // nothing left to abort
     if (completed.code() != StatusCode::kCommitStateUnknown) return completed;
     // Our lost attempt completed it when the object has exactly our size
     // (before, it held the empty object OpenForAppend put there).

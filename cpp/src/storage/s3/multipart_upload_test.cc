@@ -127,6 +127,8 @@ TEST_F(MultipartUploadTest, PartsGoUpInParallelWithinTheBound) {
     EXPECT_EQ(fake_->parts[number].size(), kPart) << number;
   }
   EXPECT_EQ(fake_->max_uploading, 3);
+  // A completed upload is not aborted by a stray call afterwards.
+  EXPECT_FALSE(file->Append("x", 1).ok());
   EXPECT_TRUE(Has(fake_->complete_body,
                   "<Part><PartNumber>9</PartNumber>"
                   "<ETag>&quot;etag-9&quot;</ETag></Part>"));

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -311,6 +312,28 @@ TEST_F(S3StorageTest, MissingBucketIsNotFoundNamingIt) {
   const Status write = storage->WriteAll("ckpt/f", "x", false);
   EXPECT_FALSE(write.ok());
   EXPECT_TRUE(Has(write.message(), "s3://no-such-bucket/ckpt/f"));
+}
+
+TEST_F(S3StorageTest, KeysWithCharactersUrlsEscapeRoundTrip) {
+  const std::vector<std::string> names = {"a b+c", "q?x=1&y#z", "100%",
+                                          "\xc3\xbc\xe2\x82\xac", "t~_-.!*'()"};
+  for (const std::string& name : names) {
+    SK_ASSERT_OK(storage_->WriteAll(root_ + "/odd/" + name, name, false));
+    SK_ASSERT_OK_AND_ASSIGN(std::string content,
+                            storage_->ReadAll(root_ + "/odd/" + name));
+    EXPECT_EQ(content, name);
+    SK_ASSERT_OK_AND_ASSIGN(bool exists,
+                            storage_->Exists(root_ + "/odd/" + name));
+    EXPECT_TRUE(exists) << name;
+  }
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed,
+                          storage_->List(root_ + "/odd"));
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(listed, sorted);
+  SK_ASSERT_OK(storage_->DeleteRecursive(root_ + "/odd"));
+  EXPECT_EQ(storage_->List(root_ + "/odd").status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST_F(S3StorageTest, KeysEndingInSlashAreRefused) {
