@@ -193,12 +193,11 @@ def test_saves_racing_to_one_path_in_one_process_one_wins(s3):
     assert_same_bits(out["w"], np.full((1 << 16,), winner, np.int32))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known defect of the object-store commit: the winner's removal of other "
-    "generations deletes the files (aborts the uploads) of a save still writing, "
-    "which then fails with StorageError/NotFoundError instead of AlreadyExistsError"))
 @pytest.mark.parametrize("store", ["s3", "memory-objects"])
 def test_a_save_overtaken_by_another_commit_fails_with_already_exists(store, request):
+    # The winner's cleanup removes the loser's generation (aborts its
+    # uploads) while the loser still writes; the loser must still be told
+    # that another save committed, not that its files went missing.
     # memory-objects:// is the memory backend with object-store semantics
     # (no rename, conditional creation): the same protocol without a server.
     # A large save still writing when a small one to the same path commits:
