@@ -14,9 +14,13 @@ TOOL is a tool configuration from tools.py or "floor"; OP is one of
   read_warm     floor: the same read with the file in the page cache
   memcpy        floor: one numpy copy of a buffer of the state's size
   device_put    floor: one batched jax.device_put of host arrays of the leaves' sizes
+  upload        floor (W5): the state's bytes put to the S3 server by boto3 (s3_floor.py)
+  download      floor (W5): the same objects got back into memory
 
 Loads read the checkpoint that the same tool's "save" left at
-ROOT/TOOL/WORKLOAD/ckpt. Peak RSS is the kernel's VmHWM, reset just before
+ROOT/TOOL/WORKLOAD/ckpt. For W5, ROOT is an s3://bucket URL and the server
+is given by the AWS environment variables; a W5 "load" reads the objects
+as the server holds them (no client-side cache to make cold or warm). Peak RSS is the kernel's VmHWM, reset just before
 the timed operation (/proc/self/clear_refs), so it covers that operation
 and whatever the process already held (the state, for saves).
 """
@@ -38,6 +42,7 @@ if "--num-processes" not in sys.argv:
                                " --xla_force_host_platform_device_count=8").strip()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import s3_objects  # noqa: E402
 import workloads  # noqa: E402
 
 CHUNK = 64 << 20
@@ -103,6 +108,23 @@ def resident_bytes(files: list[str]) -> int | None:
     return total
 
 
+def remove(path: str) -> None:
+    if s3_objects.is_s3(path):
+        s3_objects.delete_prefix(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def stored_bytes(path: str) -> int:
+    if s3_objects.is_s3(path):
+        return s3_objects.prefix_bytes(path)
+    return sum(os.path.getsize(f) for f in files_under(path))
+
+
+def exists(path: str) -> bool:
+    return s3_objects.exists(path) if s3_objects.is_s3(path) else os.path.exists(path)
+
+
 def warm(path: str) -> None:
     buffer = bytearray(8 << 20)
     for name in files_under(path):
@@ -145,6 +167,10 @@ def verify(tool, workload: str, scale: str, loaded) -> bool:
 def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) -> dict:
     import numpy as np
     size = workloads.state_bytes(workload, scale)
+    if op in ("upload", "download"):
+        import s3_floor
+        run = s3_floor.upload if op == "upload" else s3_floor.download
+        return {"bytes": size} | run(root, workload, scale, reset_peak_rss)
     path = os.path.join(root, "floor", workload, "data.bin")
     result: dict = {"bytes": size}
     if op == "write":
@@ -208,8 +234,9 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
              drop_caches: bool) -> dict:
     import tools
     tool = tools.make(tool_name)
-    base = os.path.join(root, tool_name, workload)
-    ckpt = os.path.join(base, "ckpt")
+    join = s3_objects.join if s3_objects.is_s3(root) else os.path.join
+    base = join(root, tool_name, workload)
+    ckpt = join(base, "ckpt")
     result: dict = {"bytes": workloads.state_bytes(workload, scale), "version": tool.version()}
     if tool.framework == "jax":
         import jax
@@ -223,9 +250,10 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
         state = tools.state_for(tool, workload, scale)
         if tool.framework == "jax":
             tools.block_until_ready(state)
-        path = ckpt if op == "save" else os.path.join(base, "async")
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(base, exist_ok=True)
+        path = ckpt if op == "save" else join(base, "async")
+        remove(path)
+        if not s3_objects.is_s3(base):
+            os.makedirs(base, exist_ok=True)
         start = begin_timing(tool, op, result, "save")
         if op == "save":
             tool.save(path, state)
@@ -235,15 +263,15 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
             result["seconds"] = time.perf_counter() - start
             wait()
             result["total_seconds"] = time.perf_counter() - start
-        result["stored_bytes"] = sum(os.path.getsize(f) for f in files_under(path))
+        result["stored_bytes"] = stored_bytes(path)
         if op == "async_save":
             tool.close()
-            shutil.rmtree(path, ignore_errors=True)
+            remove(path)
         return result
     layout = "tp" if op.startswith("reshard") else "fsdp"
     if tool.framework == "torch" and layout == "tp":
         raise NotApplicable("DCP holds plain (unsharded) tensors in one process: no resharding")
-    if not os.path.exists(ckpt):
+    if not exists(ckpt):
         raise FileNotFoundError(f"{ckpt}: run the save op of {tool_name} {workload} first")
     if op.endswith("_cold"):
         result["cold"] = evict(ckpt, drop_caches)
@@ -340,10 +368,11 @@ class NotApplicable(Exception):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool")
-    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4"])
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5"])
     parser.add_argument("op")
     parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
-    parser.add_argument("--root", required=True, help="folder for checkpoints and floor files")
+    parser.add_argument("--root", required=True,
+                        help="folder for checkpoints and floor files (s3://bucket for W5)")
     parser.add_argument("--out", required=True, help="JSON file to write ('-' for stdout)")
     parser.add_argument("--drop-caches", action="store_true",
                         help="cold ops drop the whole page cache (root only)")
@@ -354,7 +383,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.num_processes > 1:
         join_job(args.tool, args.coordinator, args.num_processes, args.process_id)
-    args.root = os.path.abspath(args.root)
+    if not s3_objects.is_s3(args.root):
+        args.root = os.path.abspath(args.root)
 
     baseline_kib = status_kib("VmRSS")
     record = {"tool": args.tool, "workload": args.workload, "op": args.op,

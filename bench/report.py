@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+import report_w5
+
 MIB = 1 << 20
 PEERS = ("orbax", "dcp")
 FLOOR_FOR = {("W1", "save"): "write", ("W1", "load_cold"): "read_cold",
@@ -145,6 +147,7 @@ def verdicts(results) -> list[dict]:
                  _verdict(name, f"{(multi - single) * 1000:.1f} ms (tiny save: "
                                 f"{_fmt_s(multi)} in 2 processes vs {_fmt_s(single)} in one)",
                           multi - single < 0.05))
+    v += report_w5.verdicts(results)
     return v
 
 
@@ -241,7 +244,8 @@ def render(results) -> str:
         f"- Workloads: W1 = {cfg['state_bytes']['W1'] / MIB:.0f} MiB Llama-style state "
         "(bf16 params + f32 Adam mu/nu) on 8 CPU devices, FSDP-sharded; W2 = 2,000 leaves "
         f"of 1–64 KiB ({cfg['state_bytes']['W2'] / MIB:.1f} MiB); W3 = W1 on tmpfs; "
-        "W4 = W1 as a 2-process × 4-device job.",
+        "W4 = W1 as a 2-process × 4-device job"
+        + ("; W5 = W1 on an S3 server." if "W5" in cfg["workloads"] else "."),
         f"- Each cell: median of {cfg['reps']} repetition(s) (min–max), every measurement in "
         "a fresh process; tools interleaved per repetition.",
         "- Cold loads: " + (", ".join(colds) if colds else "none measured")
@@ -260,6 +264,7 @@ def render(results) -> str:
         table = _workload_table(results, workload)
         if table:
             out += ["", f"## {titles[workload]}", ""] + table
+    out += report_w5.section(results)
     out += ["", "Ratios: `peer best ÷ shardkeep` > 1 means shardkeep is faster than that "
             "peer's fastest configuration; `shardkeep ÷ floor` is the time over the machine's "
             "floor for the same bytes (write+fsync, sequential read, memcpy). "

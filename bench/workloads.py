@@ -3,7 +3,8 @@
 W1 is a Llama-style training state: bfloat16 parameters plus float32 Adam
 moments (mu, nu) of the same shapes, a few hundred leaves, FSDP-sharded
 over 8 devices (first dimension split 8 ways). W2 is 2,000 small float32
-leaves of 1-64 KiB. W3 is W1 on tmpfs; W4 is W1 in a 2-process job.
+leaves of 1-64 KiB. W3 is W1 on tmpfs; W4 is W1 in a 2-process job; W5
+is W1 on an S3 server.
 
 Values are deterministic per leaf (seeded by its position), so every tool
 saves identical bytes.
@@ -66,7 +67,7 @@ def llama_param_shapes(scale: str) -> list[tuple[tuple[str, ...], tuple[int, ...
 
 def leaves(workload: str, scale: str) -> list[Leaf]:
     """The array leaves of a workload, in a fixed order."""
-    if workload in ("W1", "W3", "W4"):
+    if workload in ("W1", "W3", "W4", "W5"):
         out = []
         for group, dtype in (("params", "bfloat16"), ("mu", "float32"), ("nu", "float32")):
             prefix = ("params",) if group == "params" else ("opt_state", group)
