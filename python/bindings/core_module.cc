@@ -97,6 +97,24 @@ T ValueOrRaise(Result<T> result) {
   return std::move(result).value();
 }
 
+// Errors of calls on a checkpoint name the URL the caller gave: the engine
+// sees only the path inside the storage ("run/7" of "s3://bucket/run/7"),
+// which would leave the bucket out.
+Status NamingUrl(const Status& status, const std::string& url) {
+  if (status.ok() || status.message().find(url) != std::string::npos) return status;
+  return status.WithContext(url);
+}
+
+void ThrowIfError(const Status& status, const std::string& url) {
+  ThrowIfError(NamingUrl(status, url));
+}
+
+template <typename T>
+T ValueOrRaise(Result<T> result, const std::string& url) {
+  if (!result.ok()) Raise(NamingUrl(result.status(), url));
+  return std::move(result).value();
+}
+
 // Runs `work` with the GIL released (it must not touch Python objects) and
 // returns its result; raising happens after, with the GIL held again.
 template <typename Work>
@@ -148,10 +166,20 @@ LeafBox ParseLeafBox(nb::handle item, const char* what) {
                   nb::cast<std::vector<uint64_t>>(fields[3]))};
 }
 
-// Every path the front hands over is resolved here; a test process that
-// armed storage faults gets them wrapped in (see storage/process_faults.h).
-StorageLocation Locate(const std::string& url) {
-  StorageLocation location = ValueOrRaise(ResolveStorage(url));
+// The overrides an s3:// path is resolved with: the S3 client's requests
+// (their retries included) are bounded by Options.timeout_s unless the
+// overrides set their own limit.
+S3Overrides S3SettingsOf(const Options& options) {
+  S3Overrides s3 = options.s3;
+  if (!s3.timeout_s) s3.timeout_s = options.timeout_s;
+  return s3;
+}
+
+// Every path the front hands over is resolved here, with the call's
+// options (their s3 settings); a test process that armed storage faults
+// gets them wrapped in (see storage/process_faults.h).
+StorageLocation Locate(const std::string& url, const Options& options) {
+  StorageLocation location = ValueOrRaise(ResolveStorage(url, S3SettingsOf(options)));
   location.storage = WithProcessFaults(std::move(location.storage));
   return location;
 }
@@ -274,14 +302,14 @@ struct PySaveHandle {
   nb::object borrowed;
   std::unique_ptr<SaveHandle> handle;  // null once abandoned
   Future future;
-  std::string path;
+  std::string url;  // the checkpoint, as the caller named it
   bool interrupted = false;
 
-  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle, std::string path)
+  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle, std::string url)
       : borrowed(std::move(borrowed)),
         handle(std::move(handle)),
         future(this->handle->future()),
-        path(std::move(path)) {}
+        url(std::move(url)) {}
   // Joins the background thread without holding the GIL (the Python front
   // keeps every save in flight referenced, so this does not wait).
   ~PySaveHandle() {
@@ -309,7 +337,7 @@ struct PySaveHandle {
     }
     if (!ready) return false;
     if (handle) borrowed = nb::none();
-    ThrowIfError(*future.Wait(0));
+    ThrowIfError(*future.Wait(0), url);
     return true;
   }
 
@@ -324,7 +352,7 @@ struct PySaveHandle {
     ClearPendingInterrupt();  // a second interrupt, during the cancel itself
     if (cancelled.ok()) return;
     if (cancelled.code() != StatusCode::kAlreadyExists) {
-      AddNote(interrupt, "the save to " + path +
+      AddNote(interrupt, "the save to " + url +
                              " may still commit: cancelling it failed: " +
                              cancelled.ToString());
       return;
@@ -332,14 +360,14 @@ struct PySaveHandle {
     try {
       WaitLettingSignalsIn(-1.0, [&](double slice) { return future.Wait(slice).has_value(); });
     } catch (nb::python_error&) {
-      AddNote(interrupt, "the save to " + path +
+      AddNote(interrupt, "the save to " + url +
                              " was committing when interrupted again and may still commit");
       return;
     }
     Status outcome = *future.Wait(0);
     AddNote(interrupt, outcome.ok()
-                           ? "the save to " + path + " had committed before the interrupt"
-                           : "the save to " + path + " was not committed");
+                           ? "the save to " + url + " had committed before the interrupt"
+                           : "the save to " + url + " was not committed");
   }
 };
 
@@ -367,7 +395,7 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
                           const std::string& metrics_json, bool force,
                           const Options& options, const PyCoordinator* coordinator,
                           const std::string& operation_id) {
-  StorageLocation location = Locate(url);
+  StorageLocation location = Locate(url, options);
   SaveRequest request;
   request.path = location.path;
   request.step = step;
@@ -384,8 +412,7 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   Result<std::unique_ptr<SaveHandle>> started = WithoutGil([&] {
     return StartSave(location.storage, group, std::move(request), options);
   });
-  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started)),
-                          location.path);
+  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started), url), url);
 }
 
 // Runs `work` (which returns a Status) on a thread of its own, in a
@@ -431,19 +458,22 @@ Status RunInterruptibly(Work&& work) {
 
 struct PyReader {
   std::unique_ptr<CheckpointReader> reader;
+  std::string url;  // the checkpoint, as the caller named it
 
-  static PyReader* Open(const std::string& url) {
-    StorageLocation location = Locate(url);
-    return new PyReader{ValueOrRaise(WithoutGil(
-        [&] { return CheckpointReader::Open(location.storage, location.path); }))};
+  static PyReader* Open(const std::string& url, const Options& options) {
+    StorageLocation location = Locate(url, options);
+    Result<std::unique_ptr<CheckpointReader>> opened = WithoutGil(
+        [&] { return CheckpointReader::Open(location.storage, location.path); });
+    return new PyReader{ValueOrRaise(std::move(opened), url), url};
   }
 
   std::string MetaJson(const std::string& name) {
-    return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }));
+    return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
   }
 
   nb::bytes ReadValue(const std::string& name) {
-    std::string bytes = ValueOrRaise(WithoutGil([&] { return reader->ReadValue(name); }));
+    std::string bytes =
+        ValueOrRaise(WithoutGil([&] { return reader->ReadValue(name); }), url);
     return nb::bytes(bytes.data(), bytes.size());
   }
 
@@ -456,7 +486,7 @@ struct PyReader {
       CheckBufferSize(dst.size(), request.box, request.dtype, "read destination");
       parsed.push_back({request.leaf, request.dtype, std::move(request.box), dst.data()});
     }
-    ThrowIfError(RunInterruptibly([&] { return reader->Read(name, parsed, options); }));
+    ThrowIfError(RunInterruptibly([&] { return reader->Read(name, parsed, options); }), url);
   }
 
   // Requests as for Read (their buffers are not used); for each, None or
@@ -468,7 +498,7 @@ struct PyReader {
       parsed.push_back({request.leaf, request.dtype, std::move(request.box), nullptr});
     }
     std::vector<std::optional<StoredRange>> ranges = ValueOrRaise(
-        WithoutGil([&] { return reader->Locate(name, parsed, options); }));
+        WithoutGil([&] { return reader->Locate(name, parsed, options); }), url);
     nb::list out;
     for (const std::optional<StoredRange>& range : ranges) {
       if (!range) {
@@ -484,10 +514,10 @@ struct PyReader {
 
 // (name, state, step, commit_json, problem) of each entry under `url`;
 // step, commit_json and problem are None where they do not apply.
-nb::list ListCheckpointsPy(const std::string& url) {
-  StorageLocation location = Locate(url);
+nb::list ListCheckpointsPy(const std::string& url, const Options& options) {
+  StorageLocation location = Locate(url, options);
   std::vector<RootEntry> entries = ValueOrRaise(
-      WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }));
+      WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }), url);
   nb::list out;
   for (const RootEntry& e : entries) {
     const bool committed = e.state == EntryState::kCommitted;
@@ -502,8 +532,8 @@ nb::list ListCheckpointsPy(const std::string& url) {
 
 // A checkpoint's own storage call, by URL, without the GIL.
 template <typename Call>
-auto OnCheckpoint(const std::string& url, Call call) {
-  StorageLocation location = Locate(url);
+auto OnCheckpoint(const std::string& url, const Options& options, Call call) {
+  StorageLocation location = Locate(url, options);
   return WithoutGil([&] { return call(*location.storage, location.path); });
 }
 
@@ -536,12 +566,24 @@ NB_MODULE(_core, m) {
   using namespace shardkeep;
   m.doc() = "shardkeep's C++ engine; use the shardkeep package, not this module.";
 
+  // Settings for s3:// paths; unset fields (None) fall back to the
+  // environment and the AWS files. No repr: it would show the secret.
+  nb::class_<S3Overrides>(m, "S3Overrides")
+      .def(nb::init<>())
+      .def_rw("access_key_id", &S3Overrides::access_key_id)
+      .def_rw("secret_access_key", &S3Overrides::secret_access_key)
+      .def_rw("session_token", &S3Overrides::session_token)
+      .def_rw("region", &S3Overrides::region)
+      .def_rw("endpoint_url", &S3Overrides::endpoint_url)
+      .def_rw("profile", &S3Overrides::profile);
+
   nb::class_<Options>(m, "Options")
       .def(
           "__init__",
           [](Options* self, uint64_t chunk_bytes, bool compress, int zstd_level,
              int io_threads, uint64_t host_memory_limit, double timeout_s,
-             bool allow_lossy_cast, uint64_t coalesce_gap_bytes) {
+             bool allow_lossy_cast, uint64_t coalesce_gap_bytes,
+             std::optional<S3Overrides> s3) {
             new (self) Options();
             self->chunk_bytes = chunk_bytes;
             self->compress = compress;
@@ -551,12 +593,14 @@ NB_MODULE(_core, m) {
             self->timeout_s = timeout_s;
             self->allow_lossy_cast = allow_lossy_cast;
             self->coalesce_gap_bytes = coalesce_gap_bytes;
+            if (s3) self->s3 = *std::move(s3);
           },
           nb::kw_only(), "chunk_bytes"_a = Options().chunk_bytes,
           "compress"_a = false, "zstd_level"_a = 1, "io_threads"_a = 0,
           "host_memory_limit"_a = 0, "timeout_s"_a = Options().timeout_s,
           "allow_lossy_cast"_a = false,
-          "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes)
+          "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes,
+          "s3"_a = nb::none())
       .def_rw("chunk_bytes", &Options::chunk_bytes)
       .def_rw("compress", &Options::compress)
       .def_rw("zstd_level", &Options::zstd_level)
@@ -564,7 +608,8 @@ NB_MODULE(_core, m) {
       .def_rw("host_memory_limit", &Options::host_memory_limit)
       .def_rw("timeout_s", &Options::timeout_s)
       .def_rw("allow_lossy_cast", &Options::allow_lossy_cast)
-      .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes);
+      .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes)
+      .def_rw("s3", &Options::s3);
 
   nb::class_<PySaveHandle>(m, "SaveHandle")
       .def("wait", &PySaveHandle::Wait, "timeout"_a = nb::none(),
@@ -599,41 +644,41 @@ NB_MODULE(_core, m) {
         "A Coordinator whose operations are the given Python functions.");
 
   nb::class_<PyReader>(m, "Reader")
-      .def(nb::new_(&PyReader::Open), "path"_a)
+      .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
       .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
       .def("meta_json", &PyReader::MetaJson, "name"_a)
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
       .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
 
-  m.def("list_checkpoints", &ListCheckpointsPy, "root"_a,
+  m.def("list_checkpoints", &ListCheckpointsPy, "root"_a, "options"_a = Options(),
         "(name, state, step, commit_json, problem) of each entry under a root.");
   m.def(
       "read_commit_record",
-      [](const std::string& path) {
-        return ValueOrRaise(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+      [](const std::string& path, const Options& options) {
+        return ValueOrRaise(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return ReadCommitRecord(s, p);
-        }));
+        }), path);
       },
-      "path"_a, "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
+      "path"_a, "options"_a = Options(), "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
   m.def(
       "delete_checkpoint",
-      [](const std::string& path) {
-        ThrowIfError(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+      [](const std::string& path, const Options& options) {
+        ThrowIfError(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return DeleteCheckpoint(s, p);
-        }));
+        }), path);
       },
-      "path"_a,
+      "path"_a, "options"_a = Options(),
       "Renames the checkpoint to <path>.shardkeep-deleting, then deletes it "
       "(storage without rename: its _SHARDKEEP first, then the rest).");
   m.def(
       "remove_leftover",
-      [](const std::string& path) {
-        ThrowIfError(OnCheckpoint(path, [](Storage& s, const std::string& p) {
+      [](const std::string& path, const Options& options) {
+        ThrowIfError(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
           return RemoveLeftover(s, p);
-        }));
+        }), path);
       },
-      "path"_a,
+      "path"_a, "options"_a = Options(),
       "Deletes a .shardkeep-tmp, -old or -deleting folder, or the generation "
       "folders of a folder without _SHARDKEEP that holds nothing else.");
 

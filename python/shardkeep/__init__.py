@@ -13,6 +13,7 @@ from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .load import load, load_checkpointables
 from .manager import CheckpointManager
 from .options import Options
+from .s3_settings import S3Settings
 from .save import (SaveFuture, save, save_async, save_checkpointables,
                    save_checkpointables_async)
 
@@ -20,7 +21,7 @@ __all__ = [
     "CheckpointManager", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
-    "Options", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError", "load",
-    "load_checkpointables", "metadata", "register_kind", "save", "save_async",
+    "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
+    "load", "load_checkpointables", "metadata", "register_kind", "save", "save_async",
     "save_checkpointables", "save_checkpointables_async",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 import jax
 
 from . import _core, dtypes, prng_keys, shardings, tree_codec
+from . import options as options_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,13 +80,15 @@ class CheckpointInfo:
     commit_record: dict
 
 
-def metadata(path) -> CheckpointInfo:
+def metadata(path, *, options: options_lib.Options | None = None) -> CheckpointInfo:
     """Describes the checkpoint at ``path`` without reading any array data.
 
-    Raises NotFoundError if ``path`` holds no committed checkpoint.
+    ``options`` matter for ``s3://`` paths (their ``s3`` settings and
+    ``timeout_s``). Raises NotFoundError if ``path`` holds no committed
+    checkpoint.
     """
     path = os.fspath(path)
-    reader = _core.Reader(path)
+    reader = _core.Reader(path, options_lib.resolve(options).to_core())
     record = json.loads(reader.commit_json())
     parts = {}
     for name, entry in record["checkpointables"].items():

@@ -58,7 +58,7 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     core_options = options.to_core()
     # Only the file backend's paths are files that can be mapped.
     map_files = options.map_files and ("://" not in path or path.startswith("file://"))
-    reader = _core.Reader(path)
+    reader = _core.Reader(path, core_options)
     available = json.loads(reader.commit_json())["checkpointables"]
     if targets is None:
         targets = {name: None for name in available}

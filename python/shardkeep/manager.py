@@ -116,8 +116,10 @@ class CheckpointManager:
     ``best_metric`` in ``best_mode``) runs after each commit; see
     ``shardkeep.retention`` and docs/MANAGER.md.
 
-    The root is a file-system path (or ``file://``) or any URL the core
-    resolves (``memory://`` in tests), shared by all processes of the job.
+    The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
+    (configured by the environment or ``options.s3``, see
+    ``shardkeep.S3Settings``) or any other URL the core resolves
+    (``memory://`` in tests), shared by all processes of the job.
     Methods are meant to be called from one thread, the training loop; the
     manager owns one worker thread, which ``close`` joins.
     """
@@ -253,7 +255,9 @@ class CheckpointManager:
         them; a plain ``dict`` names the checkpointables to load (reading
         no others) with their targets and returns a dict; anything else is
         the target of the checkpointable "state", which is returned alone.
-        The step is not deleted while it is being loaded.
+        The step is not deleted while it is being loaded. ``options`` None
+        are the manager's; given ones without ``s3`` settings take the
+        manager's, so the root's store is the one read.
         """
         self._check_open()
         with self._lock:
@@ -265,7 +269,10 @@ class CheckpointManager:
                 raise NotFoundError(self._not_committed(step))
             self._in_use[step] += 1
             path = _join(self._root, self._names[step])
-        options = options if options is not None else self._options
+        if options is None:
+            options = self._options
+        elif options.s3 is None:  # the root's store stays the one to read from
+            options = dataclasses.replace(options, s3=self._options.s3)
         try:
             if target is None or _names_checkpointables(target):
                 return load_checkpointables(path, target, partial=partial,
@@ -347,7 +354,7 @@ class CheckpointManager:
     def _list_root(self) -> dict[str, dict]:
         """{directory name: metrics} of the committed steps; the primary collects garbage."""
         found: dict[str, dict] = {}
-        entries = _core.list_checkpoints(self._root)
+        entries = _core.list_checkpoints(self._root, self._options.to_core())
         for name, state, _, commit_json, problem in entries:
             if not _STEP_NAME.fullmatch(name):
                 continue
@@ -371,19 +378,19 @@ class CheckpointManager:
             path = _join(self._root, name)
             if state in ("temporary", "being-deleted", "unfinished"):
                 logger.info("removing stale %s", path)
-                self._remove_quietly(path)
+                self._remove_quietly(path, self._options)
             elif state == "replaced":
                 if name[:-len(_OLD_SUFFIX)] in committed:
                     logger.info("removing %s: its replacement is committed", path)
-                    self._remove_quietly(path)
+                    self._remove_quietly(path, self._options)
                 else:
                     logger.warning("%s is kept: it may be the only copy of that step", path)
 
     @staticmethod
-    def _remove_quietly(path: str) -> bool:
+    def _remove_quietly(path: str, options: options_lib.Options) -> bool:
         """Removes a leftover folder; a failure is logged, and retried by a later manager."""
         try:
-            _core.remove_leftover(path)
+            _core.remove_leftover(path, options.to_core())
         except InvalidArgumentError as e:
             # Not a leftover after all (a committed checkpoint, someone's
             # data): the core removed nothing, and trying again would not help.
@@ -414,7 +421,7 @@ class CheckpointManager:
             leftovers, self._leftovers = self._leftovers, []
         if not self._primary:
             return
-        kept = [path for path in leftovers if not self._remove_quietly(path)]
+        kept = [path for path in leftovers if not self._remove_quietly(path, self._options)]
         if kept:
             with self._lock:
                 self._leftovers[:0] = kept
@@ -462,7 +469,7 @@ class CheckpointManager:
             return
         path = _join(self._root, job.name)
         try:
-            _core.delete_checkpoint(path)
+            _core.delete_checkpoint(path, self._options.to_core())
         except ShardkeepError as e:
             self._record_error(f"deleting step {job.step} at {path!r} failed", e)
             return

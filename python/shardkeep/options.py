@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from .errors import InvalidArgumentError
+from .s3_settings import S3Settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Options:
         copy, and the page cache is the array (see shardkeep.file_mapping).
         Turn it off when other programs may truncate or rewrite checkpoint
         files in place while loaded arrays live (shardkeep never does).
+      s3: settings for ``s3://`` paths that win over the environment and
+        the AWS files (endpoint, region, credentials, profile); see
+        ``shardkeep.S3Settings``. Requests to the store are retried within
+        ``timeout_s``.
     """
 
     chunk_bytes: int = 64 << 20
@@ -46,6 +51,7 @@ class Options:
     replica_parallel: bool = True
     allow_lossy_cast: bool = False
     map_files: bool = True
+    s3: S3Settings | None = None
 
     def __post_init__(self):
         if self.chunk_bytes <= 0:
@@ -60,6 +66,9 @@ class Options:
                 f"Options.host_memory_limit must be >= 0, got {self.host_memory_limit}")
         if not self.timeout_s > 0:
             raise InvalidArgumentError(f"Options.timeout_s must be > 0, got {self.timeout_s}")
+        if self.s3 is not None and not isinstance(self.s3, S3Settings):
+            raise InvalidArgumentError(
+                f"Options.s3 must be a shardkeep.S3Settings or None, got {type(self.s3).__name__}")
 
     def to_core(self):
         """Returns the equivalent ``shardkeep._core.Options``."""
@@ -72,6 +81,7 @@ class Options:
             host_memory_limit=self.host_memory_limit,
             timeout_s=float(self.timeout_s),
             allow_lossy_cast=self.allow_lossy_cast,
+            s3=self.s3.to_core() if self.s3 is not None else None,
         )
 
 

@@ -126,3 +126,12 @@ def test_future_timeout_raises_shardkeep_timeout(ckpt):
     except sk.TimeoutError as e:
         assert isinstance(e, TimeoutError) and ckpt in str(e)
     future.result(timeout=120)
+
+
+def test_errors_name_the_url_the_caller_gave():
+    # The engine sees only the path inside the storage ("naming/absent");
+    # the error must name the URL, which for s3:// holds the bucket.
+    with pytest.raises(sk.NotFoundError, match="memory://naming/absent"):
+        sk.load("memory://naming/absent")
+    with pytest.raises(sk.NotFoundError, match="memory://naming/absent"):
+        sk.metadata("memory://naming/absent")

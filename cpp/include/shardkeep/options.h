@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "shardkeep/storage.h"
+
 namespace shardkeep {
 
 struct Options {
@@ -31,6 +33,9 @@ struct Options {
   // Reads of two chunks in one data file are merged when the gap between
   // them is at most this many bytes.
   uint64_t coalesce_gap_bytes = 1ull << 20;
+  // Settings for s3:// paths that win over the environment and the AWS
+  // files (the front resolves every path it is given with them).
+  S3Overrides s3;
 
   int ResolvedIoThreads() const;
   uint64_t ResolvedHostMemoryLimit() const {
