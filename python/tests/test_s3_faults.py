@@ -72,12 +72,12 @@ def test_a_missing_bucket_is_named(s3):
         sk.metadata(f"s3://{missing}/ckpt")
 
 
-def test_a_manager_on_a_missing_bucket_names_it(s3):
+def test_a_manager_on_a_missing_bucket_fails_at_once_naming_it(s3):
+    # Not an empty run: a resumed job with a mistyped bucket must not start
+    # training from scratch.
     missing = s3.name + "-missing"
-    with pytest.raises(sk.ShardkeepError, match=missing):
-        with sk.CheckpointManager(f"s3://{missing}/run") as mgr:
-            mgr.save(1, {"v": np.arange(4)})
-            mgr.wait()
+    with pytest.raises(sk.InvalidArgumentError, match=f"{missing}.*does not exist"):
+        sk.CheckpointManager(f"s3://{missing}/run")
 
 
 @pytest.mark.parametrize("upload", ["single", "multipart"])

@@ -176,7 +176,8 @@ TEST_F(S3ClientTest, RefusedHeadIsExplainedByAOneByteGet) {
 TEST_F(S3ClientTest, ClientErrorsAreNotRetried) {
   const std::vector<std::pair<HttpResponse, StatusCode>> cases = {
       {ScriptedTransport::Error(404, "NoSuchKey"), StatusCode::kNotFound},
-      {ScriptedTransport::Error(404, "NoSuchBucket"), StatusCode::kNotFound},
+      {ScriptedTransport::Error(404, "NoSuchBucket"),
+       StatusCode::kInvalidArgument},
       {ScriptedTransport::Error(400, "InvalidRequest"), StatusCode::kStorage},
       {ScriptedTransport::Error(412, "PreconditionFailed"),
        StatusCode::kAlreadyExists},

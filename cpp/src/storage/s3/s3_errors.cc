@@ -102,8 +102,15 @@ Status ToStatus(const S3Failure& failure) {
   const std::string what = Describe(failure);
   if (failure.transport != Transport::kAnswered) return StorageError(what);
   const int status = failure.http_status;
-  if (status == 404 ||
-      CodeIn(failure, {"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})) {
+  // Not "nothing stored here": a caller that takes NotFound for an empty
+  // prefix (the manager resuming a run) would start from scratch on a
+  // mistyped bucket name.
+  if (CodeIn(failure, {"NoSuchBucket"})) {
+    return InvalidArgumentError(
+        what + "; the bucket does not exist: check the URL and the endpoint, "
+               "or create it");
+  }
+  if (status == 404 || CodeIn(failure, {"NoSuchKey", "NoSuchUpload"})) {
     return NotFoundError(what);
   }
   if (status == 412 || CodeIn(failure, {"PreconditionFailed"})) {

@@ -46,7 +46,8 @@ bool IsRetryable(const S3Failure& failure);
 
 // The shardkeep Status for a failure; the message names the operation,
 // s3://bucket/key, the HTTP status, the server's code, message and request
-// id. NotFound for 404/NoSuchKey/NoSuchBucket/NoSuchUpload; AlreadyExists
+// id. NotFound for 404/NoSuchKey/NoSuchUpload; InvalidArgument for
+// NoSuchBucket (a configuration error, not an empty prefix); AlreadyExists
 // for 412 PreconditionFailed (a conditional PUT lost to another writer);
 // InvalidArgument with a hint for credentials the server rejects;
 // OutOfSpace where the store says it is full or over quota; Storage for

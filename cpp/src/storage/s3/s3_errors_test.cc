@@ -42,19 +42,24 @@ TEST(S3ErrorsTest, MessageNamesOperationObjectCodeMessageAndRequestId) {
             "We encountered an error. (request id 4442587FB7D0A2F9)");
 }
 
-TEST(S3ErrorsTest, MissingObjectsBucketsAndUploadsAreNotFound) {
+TEST(S3ErrorsTest, MissingObjectsAndUploadsAreNotFoundAMissingBucketIsNot) {
   EXPECT_EQ(ToStatus(Answered(404)).code(), StatusCode::kNotFound);  // HEAD
-  for (const char* code : {"NoSuchKey", "NoSuchBucket", "NoSuchUpload"}) {
+  for (const char* code : {"NoSuchKey", "NoSuchUpload"}) {
     const Status status = ToStatus(Answered(404, code, "m"));
     EXPECT_EQ(status.code(), StatusCode::kNotFound) << code;
     EXPECT_TRUE(Has(status.message(), code));
     EXPECT_FALSE(IsRetryable(Answered(404, code, "m")));
   }
+  // A missing bucket must not read as an empty prefix.
   S3Failure bucket_level = Answered(404, "NoSuchBucket", "m");
   bucket_level.operation = "ListObjectsV2";
   bucket_level.key.clear();
-  EXPECT_TRUE(Has(ToStatus(bucket_level).message(),
+  const Status missing_bucket = ToStatus(bucket_level);
+  EXPECT_EQ(missing_bucket.code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(IsRetryable(bucket_level));
+  EXPECT_TRUE(Has(missing_bucket.message(),
                   "ListObjectsV2 s3://bucket: HTTP 404 NoSuchBucket"));
+  EXPECT_TRUE(Has(missing_bucket.message(), "the bucket does not exist"));
 }
 
 TEST(S3ErrorsTest, FailedConditionalPutIsAlreadyExists) {

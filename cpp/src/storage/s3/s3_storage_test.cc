@@ -299,12 +299,14 @@ TEST_F(S3StorageTest, WrongSecretNamesTheKeyIdNotTheSecret) {
   }
 }
 
-TEST_F(S3StorageTest, MissingBucketIsNotFoundNamingIt) {
+// InvalidArgument, not NotFound: a listing of a missing bucket must not
+// read as an empty prefix (a manager would resume from nothing).
+TEST_F(S3StorageTest, MissingBucketIsInvalidArgumentNamingIt) {
   auto storage = NewS3Storage(ClientFor(server_->config(), "no-such-bucket"));
   for (const Status& status :
        {storage->ReadAll("ckpt/f").status(), storage->List("ckpt").status(),
         storage->Exists("ckpt").status()}) {
-    EXPECT_EQ(status.code(), StatusCode::kNotFound) << status.ToString();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
     EXPECT_TRUE(Has(status.message(), "s3://no-such-bucket"));
     EXPECT_TRUE(Has(status.message(), "NoSuchBucket"));
   }
