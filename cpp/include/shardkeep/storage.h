@@ -31,6 +31,11 @@ struct StorageFeatures {
   // the network answers each request after a round trip, so it keeps more
   // requests in flight than there are cores.
   int parallel_reads = 0;
+  // A read shorter than this costs about as much as one this long (each
+  // request pays a round trip), so the reader merges neighbouring chunks up
+  // to this size even where each could be read straight into place: a copy
+  // out of a buffer is cheaper than a request. 0: never.
+  uint64_t min_efficient_read_bytes = 0;
 };
 
 // A file being written front to back by one thread.

@@ -156,7 +156,8 @@ class Reader final : public CheckpointReader {
     for (const ReadRequest& request : requests) {
       SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads));
     }
-    std::vector<RangeRead> ranges = Coalesce(reads, options);
+    std::vector<RangeRead> ranges =
+        Coalesce(reads, options, storage_->features().min_efficient_read_bytes);
     internal::ByteLimiter limiter(options.ResolvedHostMemoryLimit());
     ScratchBuffers scratch;
     const int threads = options.io_threads > 0
@@ -355,8 +356,13 @@ class Reader final : public CheckpointReader {
   // alone (they land in distinct destinations); buffered ones merge while
   // the gap between them is small, trading a few wasted bytes for fewer
   // system calls.
+  // Merges reads of neighbouring chunks of one data file. A chunk read
+  // straight into place stays alone, unless requests cost more than copies
+  // (ranges under `min_efficient_read_bytes`): then it joins its neighbours
+  // and is copied out of the range's buffer like the others.
   static std::vector<RangeRead> Coalesce(std::map<const StoredChunk*, ChunkRead>& reads,
-                                         const Options& options) {
+                                         const Options& options,
+                                         uint64_t min_efficient_read_bytes) {
     std::vector<ChunkRead*> order;
     for (auto& [chunk, read] : reads) order.push_back(&read);
     std::sort(order.begin(), order.end(), [](const ChunkRead* a, const ChunkRead* b) {
@@ -370,14 +376,19 @@ class Reader final : public CheckpointReader {
     for (ChunkRead* read : order) {
       const auto& record = read->chunk->record;
       RangeRead* last = ranges.empty() ? nullptr : &ranges.back();
+      const bool worth_a_copy = last && last->length < min_efficient_read_bytes;
       const bool mergeable =
-          last && !read->direct && !last->chunks.front()->direct &&
+          last && (worth_a_copy || (!read->direct && !last->chunks.front()->direct)) &&
           last->process == read->chunk->process &&
           last->data_file == record.data_file &&
           record.offset >= last->offset + last->length &&
           record.offset - (last->offset + last->length) <= options.coalesce_gap_bytes &&
           record.offset + record.stored_length - last->offset <= max_range;
       if (mergeable) {
+        if (worth_a_copy) {
+          last->chunks.front()->direct = nullptr;  // only a range's first can be
+          read->direct = nullptr;
+        }
         last->length = record.offset + record.stored_length - last->offset;
         last->chunks.push_back(read);
       } else {

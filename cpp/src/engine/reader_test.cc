@@ -7,6 +7,7 @@
 #include <mutex>
 #include <chrono>
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "format/checkpointable_meta.h"
@@ -248,6 +249,54 @@ TEST(ReaderParallelism, FollowsTheStoragesHintForReadsInFlight) {
   EXPECT_EQ(peak, 6);
   SK_ASSERT_OK(read_with(1, 1));
   EXPECT_EQ(peak, 1);
+}
+
+// Where a request costs more than a copy (S3), chunks that could each be
+// read straight into place are fetched together and copied out instead.
+TEST(ReaderRequests, SmallDirectReadsMergeWhereTheStorageAsks) {
+  constexpr uint64_t kRowsHere = 24, kColsHere = 256;
+  std::vector<float> w(kRowsHere * kColsHere);
+  std::iota(w.begin(), w.end(), 0.25f);
+  auto base = NewMemoryStorage();
+  SaveRequest request;
+  request.path = kPath;
+  CheckpointablePayload part =
+      testdata::PytreePayload("state", {{"w", "float32", {kRowsHere, kColsHere}}});
+  for (uint64_t r = 0; r < kRowsHere; r += 2) {  // 12 chunks of 2 KiB, one file
+    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {2, kColsHere}},
+                           reinterpret_cast<const uint8_t*>(w.data() + r * kColsHere)});
+  }
+  request.parts.push_back(std::move(part));
+  Options save_options;
+  save_options.io_threads = 1;
+  SK_ASSERT_OK(Save(base, NewSingleProcessCoordinator(), std::move(request), save_options));
+
+  auto reads_with = [&](uint64_t min_efficient_read_bytes) -> Result<int> {
+    auto storage = std::make_shared<FaultInjectionStorage>(base);
+    StorageFeatures features = base->features();
+    features.min_efficient_read_bytes = min_efficient_read_bytes;
+    storage->OverrideFeatures(features);
+    std::atomic<int> reads{0};
+    storage->FailOn([&](std::string_view op, const std::string&) {
+      if (op == "ReadAt") ++reads;
+      return Status::Ok();
+    });
+    SK_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(storage, kPath));
+    std::vector<float> out(w.size(), -1.f);
+    SK_RETURN_IF_ERROR(reader->Read(
+        "state",
+        {{0, DType::kFloat32, Box{{0, 0}, {kRowsHere, kColsHere}},
+          reinterpret_cast<uint8_t*>(out.data())}},
+        Options()));
+    EXPECT_EQ(out, w);
+    return reads.load();
+  };
+  SK_ASSERT_OK_AND_ASSIGN(int straight_into_place, reads_with(0));
+  EXPECT_EQ(straight_into_place, 12);
+  SK_ASSERT_OK_AND_ASSIGN(int merged, reads_with(5 << 10));  // 3 chunks, then a new range
+  EXPECT_EQ(merged, 4);
+  SK_ASSERT_OK_AND_ASSIGN(int one_request, reads_with(1 << 20));
+  EXPECT_EQ(one_request, 1);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ class S3Storage final : public Storage {
     // hide it (the engine's reads land straight in their destinations, so
     // more threads cost no buffers).
     features.parallel_reads = 32;
+    features.min_efficient_read_bytes = 8ull << 20;
     return features;
   }
 
