@@ -7,6 +7,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
+import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -33,3 +34,21 @@ def assert_same_bits(actual, expected):
     assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     assert actual.tobytes() == expected.tobytes()
+
+
+def sample_array(name, shape=(3, 5), seed=0):
+    """Random values of the dtype called `name` (numpy or ml_dtypes), over
+    the dtype's whole range for integers."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(getattr(ml_dtypes, name, None) or name)
+    if name == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if name in ("int4", "uint4"):
+        lo = -8 if name == "int4" else 0
+        return rng.integers(lo, lo + 16, shape).astype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if dtype.kind == "c":
+        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
+    return rng.normal(size=shape).astype(dtype)

@@ -5,12 +5,11 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
 import shardkeep as sk
-from conftest import assert_same_bits
+from conftest import assert_same_bits, sample_array
 
 _DTYPES = [
     "bool", "int4", "uint4", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -19,29 +18,9 @@ _DTYPES = [
 ]
 
 
-def _dtype(name):
-    return np.dtype(getattr(ml_dtypes, name, None) or name)
-
-
-def _sample(name, shape=(3, 5), seed=0):
-    rng = np.random.default_rng(seed)
-    dtype = _dtype(name)
-    if name == "bool":
-        return rng.integers(0, 2, shape).astype(bool)
-    if name in ("int4", "uint4"):
-        lo = -8 if name == "int4" else 0
-        return rng.integers(lo, lo + 16, shape).astype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    if dtype.kind == "c":
-        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
-    return rng.normal(size=shape).astype(dtype)
-
-
 @pytest.mark.parametrize("name", _DTYPES)
 def test_every_dtype_numpy_and_jax(ckpt, name):
-    host = _sample(name)
+    host = sample_array(name)
     with jax.enable_x64(True):
         tree = {"np": host, "jax": jax.device_put(host), "zero_d": host[0, 0].copy()}
         sk.save(ckpt, tree)

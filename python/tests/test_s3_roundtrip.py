@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
-from conftest import assert_same_bits, make_mesh
+from conftest import assert_same_bits, sample_array, make_mesh
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
 DTYPES = [
@@ -25,22 +25,6 @@ DTYPES = [
 SMALL_CHUNKS = sk.Options(chunk_bytes=256, timeout_s=60.0)
 
 
-def _sample(name, shape, seed=0):
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(getattr(ml_dtypes, name, None) or name)
-    if name == "bool":
-        return rng.integers(0, 2, shape).astype(bool)
-    if name in ("int4", "uint4"):
-        lo = -8 if name == "int4" else 0
-        return rng.integers(lo, lo + 16, shape).astype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    if dtype.kind == "c":
-        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
-    return rng.normal(size=shape).astype(dtype)
-
-
 def _sharded(host, mesh, spec):
     return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec),
                                         lambda index: host[index])
@@ -48,7 +32,7 @@ def _sharded(host, mesh, spec):
 
 def test_every_dtype_sharded_on_8_devices(s3):
     mesh = make_mesh((8,), ("x",))
-    hosts = {name: _sample(name, (16, 3), seed=i) for i, name in enumerate(DTYPES)}
+    hosts = {name: sample_array(name, (16, 3), seed=i) for i, name in enumerate(DTYPES)}
     key_data = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(3), 8)))
     with jax.enable_x64(True):
         tree = {
