@@ -103,10 +103,10 @@ def test_the_server_stopping_mid_save_fails_it_in_time_and_a_restart_recovers(
         elapsed = time.monotonic() - stopped
     finally:
         s3_server.start()
-    # The failing request retries for up to timeout_s; cleaning up what the
-    # save wrote (aborting its upload, deleting its objects) is bounded by
-    # timeout_s again.
-    assert elapsed < 2 * timeout_s + 2, f"the save failed {elapsed:.1f} s after the stop"
+    # The failing request retries for up to timeout_s; each of the two
+    # cleanup requests that follow (aborting the upload, listing the
+    # generation to delete it) is bounded by timeout_s too (docs/S3.md).
+    assert elapsed < 3 * timeout_s + 3, f"the save failed {elapsed:.1f} s after the stop"
     assert not _committed(s3, "stop/")
     with pytest.raises(sk.NotFoundError):
         sk.load(url)
