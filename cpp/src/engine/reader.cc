@@ -156,14 +156,15 @@ class Reader final : public CheckpointReader {
     for (const ReadRequest& request : requests) {
       SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads));
     }
+    const StorageFeatures features = storage_->features();
     std::vector<RangeRead> ranges =
-        Coalesce(reads, options, storage_->features().min_efficient_read_bytes);
+        Coalesce(reads, options, features.min_efficient_read_bytes);
     internal::ByteLimiter limiter(options.ResolvedHostMemoryLimit());
     ScratchBuffers scratch;
     const int threads = options.io_threads > 0
                             ? options.io_threads
                             : std::max(options.ResolvedIoThreads(),
-                                       storage_->features().parallel_reads);
+                                       features.parallel_reads);
     return internal::ParallelFor(
         ranges.size(), threads, [&](size_t i) {
           return ReadRange(name, *part, ranges[i], limiter, scratch);

@@ -192,24 +192,31 @@ TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   EXPECT_EQ(blob.size(), 256u + 9u);
 }
 
+// Saves the rows x cols float32 leaf "w" at kPath in chunks of two rows
+// (one data file: one writer thread).
+Status SaveInTwoRowChunks(const std::shared_ptr<Storage>& storage,
+                          const std::vector<float>& w, uint64_t rows, uint64_t cols) {
+  SaveRequest request;
+  request.path = kPath;
+  CheckpointablePayload part =
+      testdata::PytreePayload("state", {{"w", "float32", {rows, cols}}});
+  for (uint64_t r = 0; r < rows; r += 2) {
+    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {2, cols}},
+                           reinterpret_cast<const uint8_t*>(w.data() + r * cols)});
+  }
+  request.parts.push_back(std::move(part));
+  Options options;
+  options.io_threads = 1;
+  return Save(storage, NewSingleProcessCoordinator(), std::move(request), options);
+}
+
 // A storage far away (S3) asks for more reads in flight than cores; the
 // reader follows its hint unless Options::io_threads says otherwise.
 TEST(ReaderParallelism, FollowsTheStoragesHintForReadsInFlight) {
   constexpr uint64_t kRowsHere = 24, kColsHere = 256;
   std::vector<float> w(kRowsHere * kColsHere, 1.5f);
   auto base = NewMemoryStorage();
-  SaveRequest request;
-  request.path = kPath;
-  CheckpointablePayload part =
-      testdata::PytreePayload("state", {{"w", "float32", {kRowsHere, kColsHere}}});
-  for (uint64_t r = 0; r < kRowsHere; r += 2) {  // 12 chunks, read one by one
-    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {2, kColsHere}},
-                           reinterpret_cast<const uint8_t*>(w.data() + r * kColsHere)});
-  }
-  request.parts.push_back(std::move(part));
-  Options save_options;
-  save_options.io_threads = 1;
-  SK_ASSERT_OK(Save(base, NewSingleProcessCoordinator(), std::move(request), save_options));
+  SK_ASSERT_OK(SaveInTwoRowChunks(base, w, kRowsHere, kColsHere));
 
   auto storage = std::make_shared<FaultInjectionStorage>(base);
   StorageFeatures features = base->features();
@@ -258,18 +265,7 @@ TEST(ReaderRequests, SmallDirectReadsMergeWhereTheStorageAsks) {
   std::vector<float> w(kRowsHere * kColsHere);
   std::iota(w.begin(), w.end(), 0.25f);
   auto base = NewMemoryStorage();
-  SaveRequest request;
-  request.path = kPath;
-  CheckpointablePayload part =
-      testdata::PytreePayload("state", {{"w", "float32", {kRowsHere, kColsHere}}});
-  for (uint64_t r = 0; r < kRowsHere; r += 2) {  // 12 chunks of 2 KiB, one file
-    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {2, kColsHere}},
-                           reinterpret_cast<const uint8_t*>(w.data() + r * kColsHere)});
-  }
-  request.parts.push_back(std::move(part));
-  Options save_options;
-  save_options.io_threads = 1;
-  SK_ASSERT_OK(Save(base, NewSingleProcessCoordinator(), std::move(request), save_options));
+  SK_ASSERT_OK(SaveInTwoRowChunks(base, w, kRowsHere, kColsHere));
 
   auto reads_with = [&](uint64_t min_efficient_read_bytes) -> Result<int> {
     auto storage = std::make_shared<FaultInjectionStorage>(base);
