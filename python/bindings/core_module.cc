@@ -617,8 +617,16 @@ NB_MODULE(_core, m) {
       .def("done", [](PySaveHandle& self) { return self.future.Ready(); })
       .def("abandon", &PySaveHandle::Abandon,
            "At interpreter exit: leave a still-running save to the process's end.")
+      .def("cancel",
+           [](PySaveHandle& self) {
+             if (!self.handle) return false;
+             self.interrupted = true;
+             return WithoutGil([&] { return self.handle->Cancel(); }).ok();
+           },
+           "Cancels the save as an interrupted wait does; True if it will not commit.")
       .def_prop_ro("interrupted", [](PySaveHandle& self) { return self.interrupted; },
-                   "True once a wait for it was interrupted, which cancelled it.");
+                   "True once a wait for it was interrupted (or cancel() called),"
+                   " which cancelled it.");
 
   m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),
         "step"_a = nb::none(), "custom_metadata_json"_a = "{}",

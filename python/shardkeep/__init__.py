@@ -16,12 +16,14 @@ from .options import Options
 from .s3_settings import S3Settings
 from .save import (SaveFuture, save, save_async, save_checkpointables,
                    save_checkpointables_async)
+from .staging_pool import release as release_staging_memory
 
 __all__ = [
     "CheckpointManager", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
-    "load", "load_checkpointables", "metadata", "register_kind", "save", "save_async",
+    "load", "load_checkpointables", "metadata", "register_kind", "release_staging_memory",
+    "save", "save_async",
     "save_checkpointables", "save_checkpointables_async",
 ]

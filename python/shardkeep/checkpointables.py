@@ -71,28 +71,30 @@ def check_name(name) -> None:
             " '_', '-' and '.' that starts with a letter or digit")
 
 
-def encode(name: str, value: Any, *, own_copies: bool) -> dict:
-    """The ``_core.start_save`` part dict for checkpointable ``name``."""
+def encode(name: str, value: Any) -> dict:
+    """The ``_core.start_save`` part dict for checkpointable ``name``, plus
+    "aliased": the shards whose bytes belong to the caller (see
+    ``staging.stage_pytree``)."""
     check_name(name)
     registered = next((k for k in _registry.values() if isinstance(value, k.type)), None)
     if registered is not None:
-        part = _encode_base(name, registered.base, registered.save(value), own_copies)
+        part = _encode_base(name, registered.base, registered.save(value))
         meta = json.loads(part["meta_json"])
         meta["registered_kind"] = registered.name
         part["meta_json"] = json.dumps(meta, allow_nan=False, ensure_ascii=False)
         return part
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _encode_base(name, "bytes", value, own_copies)
+        return _encode_base(name, "bytes", value)
     if isinstance(value, JsonValue):
-        return _encode_base(name, "json", value.value, own_copies)
-    return _encode_base(name, "pytree", value, own_copies)
+        return _encode_base(name, "json", value.value)
+    return _encode_base(name, "pytree", value)
 
 
-def _encode_base(name: str, kind: str, value: Any, own_copies: bool) -> dict:
+def _encode_base(name: str, kind: str, value: Any) -> dict:
     part = {"name": name, "kind": kind, "meta_json": json.dumps({"kind": kind}),
-            "value": b"", "shards": []}
+            "value": b"", "shards": [], "aliased": []}
     if kind == "pytree":
-        part["meta_json"], part["shards"] = staging.stage_pytree(value, own_copies=own_copies)
+        part["meta_json"], part["shards"], part["aliased"] = staging.stage_pytree(value)
     elif kind == "json":
         try:
             part["value"] = json.dumps(value, allow_nan=False, ensure_ascii=False).encode()

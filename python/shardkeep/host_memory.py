@@ -28,8 +28,8 @@ HUGE_PAGE_BYTES = 2 << 20
 
 _HUGEPAGE_ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
 
-# Below this, starting threads costs more than they save.
-_PARALLEL_COPY_BYTES = 64 << 20
+# Below this, handing work to other threads costs more than it saves.
+_PARALLEL_COPY_BYTES = 16 << 20
 _MAX_COPY_THREADS = 8
 
 
@@ -89,36 +89,50 @@ def _mapped(nbytes: int) -> np.ndarray:
     return np.frombuffer(mapping, np.uint8)[:nbytes]
 
 
-def copy_of(arr: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``arr`` in a buffer from ``empty``."""
-    out = empty(arr.shape, arr.dtype)
-    np.copyto(out, arr, casting="no")
-    return out
+def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
+    """Copies each source into the destination beside it (same shape and dtype).
 
-
-def copies_of(arrays: list[np.ndarray], skip: list[bool]) -> list[np.ndarray]:
-    """``copy_of`` each array, except where ``skip`` says so (kept as is).
-
-    Large batches are copied on several threads (numpy releases the GIL
-    while copying): first touches of fresh memory, which bound the copy,
-    proceed in parallel on different cores (2 GiB on 2 cores: 2.1 s
-    instead of 3.0 s on the benchmark VM).
+    Large batches are split over a few threads that live as long as the
+    process (numpy releases the GIL while copying): memory bandwidth, and
+    first touches of fresh memory, scale with cores.
     """
-    todo = [i for i, a in enumerate(arrays) if not skip[i]]
-    out = list(arrays)
-    total = sum(arrays[i].nbytes for i in todo)
-    workers = min(len(todo), os.cpu_count() or 1, _MAX_COPY_THREADS)
+    total = sum(src.nbytes for src in sources)
+    workers = min(len(sources), os.cpu_count() or 1, _MAX_COPY_THREADS)
     if total < _PARALLEL_COPY_BYTES or workers < 2:
-        for i in todo:
-            out[i] = copy_of(arrays[i])
-        return out
+        for src, dst in zip(sources, destinations):
+            _copy(src, dst)
+        return
     # Largest first, dealt round-robin: the threads get near-equal shares,
-    # and thousands of small arrays cost a few thread hand-overs, not one each.
-    todo.sort(key=lambda i: -arrays[i].nbytes)
-    groups = [todo[w::workers] for w in range(workers)]
-    with concurrent.futures.ThreadPoolExecutor(workers, "shardkeep-stage") as pool:
-        copied = pool.map(lambda group: [copy_of(arrays[i]) for i in group], groups)
-        for group, copies in zip(groups, copied):
-            for i, copy in zip(group, copies):
-                out[i] = copy
-    return out
+    # and thousands of small arrays cost a few hand-overs, not one each.
+    order = sorted(range(len(sources)), key=lambda i: -sources[i].nbytes)
+    groups = [order[w::workers] for w in range(workers)]
+
+    def copy_group(group):
+        for i in group:
+            _copy(sources[i], destinations[i])
+
+    for done in [_copy_threads().submit(copy_group, g) for g in groups]:
+        done.result()
+
+
+def _copy(src: np.ndarray, dst: np.ndarray) -> None:
+    np.copyto(dst, src)
+
+
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _copy_threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _threads
+    if _threads is None:
+        _threads = concurrent.futures.ThreadPoolExecutor(_MAX_COPY_THREADS, "shardkeep-stage")
+    return _threads
+
+
+def _forget_threads_in_child() -> None:
+    # A forked child has none of the parent's threads.
+    global _threads
+    _threads = None
+
+
+os.register_at_fork(after_in_child=_forget_threads_in_child)

@@ -54,7 +54,7 @@ import numpy as np
 
 from . import _core, distributed
 from . import options as options_lib
-from . import retention
+from . import retention, staging_pool
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
 from .load import load as load_state
 from .load import load_checkpointables
@@ -300,12 +300,15 @@ class CheckpointManager:
         self._raise_errors()
 
     def close(self) -> None:
-        """Waits like ``wait``, then stops the worker and restores the SIGTERM handler."""
+        """Waits like ``wait``, then stops the worker, restores the SIGTERM
+        handler and frees the staging memory kept for async saves (see
+        ``Options.reuse_staging_memory``)."""
         if self._closed:
             return
         try:
             self.wait()
         finally:
+            staging_pool.release()
             self._closed = True
             self._jobs.put(None)
             self._worker.join(self._options.timeout_s + _WAIT_SLACK_S)

@@ -37,6 +37,13 @@ class Options:
         copy, and the page cache is the array (see shardkeep.file_mapping).
         Turn it off when other programs may truncate or rewrite checkpoint
         files in place while loaded arrays live (shardkeep never does).
+      reuse_staging_memory: ``save_async`` copies the state into host
+        memory kept from the previous async save (already touched, so the
+        copy runs at memory speed instead of taking a page fault per page)
+        and keeps that memory for the next one: at most one staging copy
+        of the state, held between saves. False: a save stages into fresh
+        memory, freed when it finishes. ``shardkeep.release_staging_memory()``
+        and ``CheckpointManager.close()`` free the kept memory.
       s3: settings for ``s3://`` paths that win over the environment and
         the AWS files (endpoint, region, credentials, profile); see
         ``shardkeep.S3Settings``. Requests to the store are retried within
@@ -51,6 +58,7 @@ class Options:
     replica_parallel: bool = True
     allow_lossy_cast: bool = False
     map_files: bool = True
+    reuse_staging_memory: bool = True
     s3: S3Settings | None = None
 
     def __post_init__(self):

@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from typing import Any, Mapping
 
-from . import _core, background_saves, checkpointables, distributed, staging
+from . import _core, background_saves, checkpointables, distributed, host_memory, staging
 from . import options as options_lib
+from . import staging_pool
 from .errors import InvalidArgumentError, TimeoutError
 from .gc_pause import gc_paused
 
@@ -22,6 +24,8 @@ from .gc_pause import gc_paused
 # a call counts even when it fails before reaching the engine on this
 # process only, so the processes stay in step afterwards.
 _save_calls = itertools.count()
+
+_WAIT_SLICE_S = 0.1
 
 
 class SaveFuture:
@@ -46,20 +50,38 @@ class SaveFuture:
         commit was already under way, the interrupt propagates once that
         has finished, with a note saying whether it committed.
         """
+        save = self._save
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            finished = self._save.handle.wait(timeout)
+            # Slices, so that a signal handler runs while this waits.
+            while not save.started.wait(_WAIT_SLICE_S):
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._timed_out(timeout)
         except BaseException:
-            self._save.claim_report()
+            save.cancel()
+            save.claim_report()
+            raise
+        if save.start_error is not None:
+            save.claim_report()
+            raise save.start_error
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            finished = save.handle.wait(left)
+        except BaseException:
+            save.claim_report()
             raise
         if not finished:
-            raise TimeoutError(
-                f"save to {self.path!r} not committed within {timeout} s; it continues in the"
-                " background, call result() again to keep waiting")
-        self._save.claim_report()
+            self._timed_out(timeout)
+        save.claim_report()
+
+    def _timed_out(self, timeout: float) -> None:
+        raise TimeoutError(
+            f"save to {self.path!r} not committed within {timeout} s; it continues in the"
+            " background, call result() again to keep waiting")
 
     def done(self) -> bool:
         """True once the save has committed or failed."""
-        return self._save.handle.done()
+        return self._save.done()
 
     @property
     def path(self) -> str:
@@ -115,8 +137,10 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     a registered kind's class by that kind, anything else as a pytree.
     Each checkpointable can later be loaded alone.
     """
-    path, handle, options = _start(path, items, options, custom_metadata, metrics, force,
-                                   step, own_copies=False)
+    path, options, start, _ = _prepare(path, items, options, custom_metadata, metrics, force,
+                                       step, own_copies=False)
+    background_saves.wait_for_starts()  # saves start in call order
+    handle = start()
     # Waited for here, so not a background save: an error is raised, not
     # logged. Ctrl-C cancels it (see SaveFuture.result); its thread may
     # still be winding down, so the registry takes it rather than this
@@ -134,16 +158,27 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
                                custom_metadata: Mapping | None = None,
                                metrics: Mapping | None = None, force: bool = False,
                                step: int | None = None) -> SaveFuture:
-    """``save_checkpointables`` that returns after the blocking phase."""
-    path, handle, options = _start(path, items, options, custom_metadata, metrics, force,
-                                   step, own_copies=True)
-    return SaveFuture(background_saves.track(handle, path, options.timeout_s))
+    """``save_checkpointables`` that returns after the blocking phase.
+
+    Errors found before staging (arguments, leaves) are raised here; those
+    of starting the save in the core (e.g. AlreadyExistsError) by the
+    future's ``result()``, or logged if it is never called.
+    """
+    path, options, start, lease = _prepare(path, items, options, custom_metadata, metrics,
+                                           force, step, own_copies=True)
+    save = background_saves.start(start, path, options.timeout_s, on_finished=lease.give_back)
+    lease.returns_when(save.done)
+    return SaveFuture(save)
 
 
-def _start(path, items, options, custom_metadata, metrics, force, step, *,
-           own_copies: bool):
-    """Runs the blocking phase; returns the path, the core's save handle and
-    the resolved options."""
+def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
+             own_copies: bool):
+    """The Python part of the blocking phase: validates, plans and stages.
+
+    Returns the path, the resolved options, a function that starts the
+    save in the core (returning its handle) and, with ``own_copies``, the
+    lease of the staging memory the shards were copied into.
+    """
     operation_id = str(next(_save_calls))
     path = os.fspath(path)
     options = options_lib.resolve(options)
@@ -151,19 +186,47 @@ def _start(path, items, options, custom_metadata, metrics, force, step, *,
         raise InvalidArgumentError("checkpointables must be a non-empty mapping of name to value")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
         raise InvalidArgumentError(f"step must be a non-negative int or None, got {step!r}")
+    custom_metadata_json = _json_object("custom_metadata", custom_metadata)
+    metrics_json = _json_object("metrics", metrics)
+    core_options = options.to_core()
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
     with staging.planning(replica_parallel=options.replica_parallel), gc_paused():
-        parts = [checkpointables.encode(name, value, own_copies=own_copies)
-                 for name, value in items.items()]
-    handle = _core.start_save(
-        path, parts, step=step,
-        custom_metadata_json=_json_object("custom_metadata", custom_metadata),
-        metrics_json=_json_object("metrics", metrics),
-        force=force, options=options.to_core(), coordinator=coordinator,
-        operation_id=operation_id)
-    return path, handle, options
+        parts = [checkpointables.encode(name, value) for name, value in items.items()]
+        if own_copies:
+            lease = _stage_copies(parts, options)
+        else:  # written straight from the caller's memory before save() returns
+            lease = None
+            for part in parts:
+                del part["aliased"]
+
+    def start():
+        return _core.start_save(
+            path, parts, step=step, custom_metadata_json=custom_metadata_json,
+            metrics_json=metrics_json, force=force, options=core_options,
+            coordinator=coordinator, operation_id=operation_id)
+
+    return path, options, start, lease
+
+
+def _stage_copies(parts: list[dict], options: options_lib.Options) -> staging_pool.Lease:
+    """Replaces the shards that alias the caller's memory by copies in one
+    staging buffer (see ``shardkeep.staging_pool``), so that the caller may
+    donate, delete or overwrite its arrays once the blocking phase returns."""
+    todo = [(part, i) for part in parts for i in part.pop("aliased")]
+    sources = [part["shards"][i][4] for part, i in todo]
+    lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
+                               reuse=options.reuse_staging_memory)
+    try:
+        copies = [lease.carve(s.nbytes) for s in sources]
+        host_memory.copy_all(sources, copies)
+    except BaseException:
+        lease.give_back()
+        raise
+    for (part, i), copy in zip(todo, copies):
+        part["shards"][i] = part["shards"][i][:4] + (copy,)
+    return lease
 
 
 def _json_object(what: str, value: Mapping | None) -> str:

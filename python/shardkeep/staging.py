@@ -3,26 +3,43 @@
 Produces the meta.json text and the shard tuples ``_core.start_save``
 expects. Device-to-host copies of all planned shards are started before
 any is waited for, so that they overlap.
+
+Planning (flattening the tree into meta.json's structure, describing each
+leaf, choosing the boxes this process writes) costs tens of microseconds
+per leaf, and a training loop saves the same tree again and again. So the
+plan is kept, keyed by the tree's ``jax.tree_util`` structure, and reused
+when every leaf has the type, shape, dtype and sharding it had (and each
+bool, int, float and str leaf the same value: those values are in
+meta.json). One exception: a dict's key order is recorded as of the save
+that made the plan (a treedef does not tell insertion orders apart).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import functools
 import json
 import math
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 
-from . import dtypes, host_memory, prng_keys, shardings, tree_codec
+from . import dtypes, prng_keys, shardings, tree_codec
 from .errors import InvalidArgumentError
 
 _INT64 = np.iinfo(np.int64)
 
 # Options.replica_parallel of the save being staged (see ``planning``).
 _replica_parallel = contextvars.ContextVar("shardkeep_replica_parallel", default=True)
+
+# Plans of recently saved trees; a few, for jobs that save several trees.
+_MAX_PLANS = 8
+_plans: dict[tuple, "_Plan"] = {}
+
+_VALUE_TYPES = (bool, int, float, str)
 
 
 @contextlib.contextmanager
@@ -39,14 +56,15 @@ def planning(*, replica_parallel: bool) -> Iterator[None]:
         _replica_parallel.reset(token)
 
 
-def stage_pytree(tree: Any, *, own_copies: bool,
-                 replica_parallel: bool | None = None) -> tuple[str, list[tuple]]:
-    """Returns (meta.json text, shards) for saving ``tree``.
+def stage_pytree(tree: Any, replica_parallel: bool | None = None
+                 ) -> tuple[str, list[tuple], list[int]]:
+    """Returns (meta.json text, shards, aliased) for saving ``tree``.
 
-    With ``own_copies`` every shard's bytes are copied into buffers owned by
-    the save, so the caller may donate, delete or overwrite its arrays as
-    soon as this returns (async saves). Without it, host-resident data is
-    passed as zero-copy views (synchronous saves).
+    Each shard's bytes are a host view of the data where there is one (CPU
+    backend, numpy leaves) and the device-to-host copy elsewhere.
+    ``aliased`` lists the shards whose bytes belong to the caller and may
+    change under the save (donation reuses a CPU buffer): an async save
+    copies those before it returns.
 
     ``replica_parallel`` (default: the enclosing ``planning`` block's, else
     True) splits each replicated box among the devices holding it (see
@@ -57,28 +75,139 @@ def stage_pytree(tree: Any, *, own_copies: bool,
     """
     if replica_parallel is None:
         replica_parallel = _replica_parallel.get()
+    try:
+        values, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
+        key = (treedef, replica_parallel)
+    except (TypeError, ValueError):  # e.g. a dict with str and int keys, which JAX cannot sort
+        values, key = None, None
+    plan = _plans.get(key) if key is not None else None
+    if plan is None or not plan.fits(values):
+        plan, values = _make_plan(tree, values, replica_parallel)
+        if plan.cacheable:
+            _plans.pop(key, None)
+            while len(_plans) >= _MAX_PLANS:
+                del _plans[next(iter(_plans))]
+            _plans[key] = plan
+    for number in plan.array_leaves:
+        if values[number].is_deleted():
+            raise InvalidArgumentError(
+                f"leaf {plan.leaf_metas[plan.codec_number[number]]['path']!r} is a deleted"
+                " (donated?) jax.Array")
+    sources = [s.get(values[s.value_index]) for s in plan.sources]
+    if not plan.all_on_host:
+        for s, src in zip(plan.sources, sources):
+            if not s.on_host:
+                src.copy_to_host_async()
+    shards, aliased = [], []
+    for s, src in zip(plan.sources, sources):
+        if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
+            aliased.append(len(shards))
+        # (On accelerators the host array is a fresh copy nobody else writes.)
+        shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
+                       dtypes.as_bytes(_to_host(src))))
+    return plan.meta_json_for(values), shards, aliased
+
+
+def _is_none(value) -> bool:
+    return value is None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """One box this process writes, and how to find its data in a leaf value."""
+
+    value_index: int       # the leaf's index in the treedef's order
+    leaf_number: int       # the leaf's number in meta.json
+    dtype_name: str
+    origin: list[int]
+    shape: list[int]
+    get: Callable          # leaf value -> jax.Array, numpy array or _HostSlice
+    on_host: bool          # the data is in host memory the caller owns
+
+
+@dataclasses.dataclass
+class _Plan:
+    """How to save every tree of one structure and leaf signature."""
+
+    signature: list           # per value: what must match for the plan to apply
+    leaf_metas: list[dict]    # meta.json entries, in meta.json's leaf order
+    codec_number: list[int]   # value index -> meta.json leaf number
+    array_leaves: list[int]   # value indices of jax.Arrays (checked not deleted)
+    sources: list[_Source]
+    structure: dict
+    cacheable: bool
+    all_on_host: bool
+    _values: list = dataclasses.field(default_factory=list)  # bool/int/float/str leaves
+    _meta_json: str = ""
+
+    def fits(self, values: list) -> bool:
+        return len(values) == len(self.signature) and all(
+            _signature(v) == s for v, s in zip(values, self.signature))
+
+    def meta_json_for(self, values: list) -> str:
+        """meta.json's text, with this save's bool/int/float/str values."""
+        now = [(i, values[i]) for i, _ in self._values]
+        if not self._meta_json or any(
+                type(a) is not type(b) or a != b for (_, a), (_, b) in zip(now, self._values)):
+            for i, value in now:
+                meta = self.leaf_metas[self.codec_number[i]]
+                self.leaf_metas[self.codec_number[i]] = {**meta, **_value_spec(meta["path"], value)}
+            self._values = now
+            self._meta_json = json.dumps(
+                {"kind": "pytree", "tree": self.structure, "leaves": self.leaf_metas},
+                allow_nan=False, ensure_ascii=False)
+        return self._meta_json
+
+
+def _signature(value) -> tuple:
+    if isinstance(value, jax.Array):
+        return (type(value), value.shape, value.dtype, value.sharding)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return (type(value), value.shape, value.dtype)
+    return (type(value),)
+
+
+def _make_plan(tree: Any, values: list | None, replica_parallel: bool
+               ) -> tuple[_Plan, list]:
+    """The plan for ``tree`` and the values it indexes: ``values`` (the
+    treedef's order), or tree_codec's leaves where JAX cannot flatten the
+    tree or the two flattenings do not match one to one (such a plan is
+    not kept)."""
     structure, leaves = tree_codec.flatten(tree)
-    leaf_metas, planned = [], []
-    for number, leaf in enumerate(leaves):
-        meta, sources = _plan_leaf(leaf, replica_parallel)
-        leaf_metas.append(meta)
-        planned.extend((number, meta["dtype"], box, src) for box, src in sources)
-    for *_, src in planned:
-        if isinstance(src, jax.Array) and not shardings.on_cpu(src.sharding):
-            src.copy_to_host_async()
-    hosts = [_to_host(src) for *_, src in planned]
-    if own_copies:
-        private = [not _may_alias(src) for *_, src in planned]
-        hosts = host_memory.copies_of(hosts, skip=private)
-    shards = [(number, dtype_name, list(origin), list(shape), dtypes.as_bytes(host))
-              for (number, dtype_name, (origin, shape), _), host in zip(planned, hosts)]
-    meta_json = json.dumps({"kind": "pytree", "tree": structure, "leaves": leaf_metas},
-                           allow_nan=False, ensure_ascii=False)
-    return meta_json, shards
+    # meta.json numbers leaves in tree_codec's order; match them to the
+    # treedef's order by key path.
+    number_of = {leaf.path: n for n, leaf in enumerate(leaves)}
+    cacheable = values is not None
+    if cacheable:
+        with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
+        codec_number = [number_of.get(tree_codec.path_str(p), -1) for p, _ in with_paths]
+        cacheable = sorted(codec_number) == list(range(len(leaves)))
+    if not cacheable:
+        values = [leaf.value for leaf in leaves]
+        codec_number = list(range(len(leaves)))
+    leaf_metas: list[dict] = [{}] * len(leaves)
+    plan_sources, array_leaves, scalar_values = [], [], []
+    for index, value in enumerate(values):
+        number = codec_number[index]
+        meta, sources = _plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
+        leaf_metas[number] = meta
+        on_host = not isinstance(value, jax.Array) or shardings.on_cpu(value.sharding)
+        plan_sources.extend(_Source(index, number, meta["dtype"], list(origin), list(shape),
+                                    get, on_host)
+                            for (origin, shape), get in sources)
+        if isinstance(value, jax.Array):
+            array_leaves.append(index)
+        elif isinstance(value, _VALUE_TYPES):
+            scalar_values.append((index, value))
+    plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
+                 plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
+                 scalar_values)
+    return plan, values
 
 
 def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list]:
-    """The leaf's meta.json entry and the (box, source) pairs this process writes."""
+    """The leaf's meta.json entry and the (box, source getter) pairs this
+    process writes; a getter takes a leaf value of the same signature."""
     value, path = leaf.value, leaf.path
     base = {"path": path, "sharding": None}
     if value is None:
@@ -97,7 +226,7 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
         meta = {**base, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
                 "shape": list(arr.shape)}
         # Host data is the same on every process; only the primary writes it.
-        sources = [(((0,) * arr.ndim, arr.shape), arr)] if jax.process_index() == 0 else []
+        sources = [(((0,) * arr.ndim, arr.shape), np.asarray)] if jax.process_index() == 0 else []
         return meta, sources
     raise InvalidArgumentError(
         f"leaf {path!r} has unsupported type {type(value).__module__}.{type(value).__qualname__};"
@@ -105,6 +234,11 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
         " bool, int, float, str and None. Save only the array part of the tree, e.g. for an"
         " Equinox module `params, static = eqx.partition(model, eqx.is_array)` and save"
         " `params`, or replace the leaf with None")
+
+
+def _value_spec(path: str, value) -> dict:
+    """The dtype and value fields of a bool, int, float or str leaf."""
+    return {"value": value} if isinstance(value, str) else _scalar_spec(path, value)
 
 
 def _scalar_spec(path: str, value) -> dict:
@@ -132,7 +266,7 @@ def _plan_key_array(path: str, keys: jax.Array, replica_parallel: bool) -> tuple
     if meta["sharding"] is not None:
         meta["sharding"] = shardings.describe(keys.sharding)
     meta["prng_impl"] = prng_keys.impl_name(keys.dtype)
-    return meta, sources
+    return meta, [(box, functools.partial(_of_key_data, get)) for box, get in sources]
 
 
 def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
@@ -143,7 +277,7 @@ def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[
             "shape": list(arr.shape), "sharding": shardings.describe(sharding)}
     if isinstance(sharding, jax.sharding.SingleDeviceSharding) and jax.process_count() == 1:
         # The common case of many small leaves: one shard, the whole array.
-        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), arr)]
+        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), _itself)]
     if jax.process_count() > 1 and arr.is_fully_addressable:
         # A process-local array (e.g. jnp.asarray(step) in each process) is
         # not part of a global array: every process has its own copy, like
@@ -151,26 +285,50 @@ def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[
         meta["sharding"] = None
         if jax.process_index() != 0:
             return meta, []
-        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), arr)]
+        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), _itself)]
     if not replica_parallel or jax.process_count() == 1:
         # replica_id 0 of each box is written exactly once over all processes.
         # (Replica-parallel splits a box among processes; with one process
         # the plan would be the same, at a higher planning cost.)
-        sources = [(shardings.box_of_index(s.index, arr.shape), s.data)
-                   for s in arr.addressable_shards if s.replica_id == 0]
+        sources = [(shardings.box_of_index(s.index, arr.shape),
+                    functools.partial(_shard_data, k))
+                   for k, s in enumerate(arr.addressable_shards) if s.replica_id == 0]
         return meta, sources
-    shards = {s.device: s for s in arr.addressable_shards}
+    shards = {s.device: (k, s) for k, s in enumerate(arr.addressable_shards)}
     sources = []
     for device, box in shardings.replica_parallel_boxes(arr.sharding, arr.shape).items():
-        shard = shards[device]
+        k, shard = shards[device]
         shard_origin, shard_extent = shardings.box_of_index(shard.index, arr.shape)
         if box[1] == shard_extent:
-            sources.append((box, shard.data))
+            sources.append((box, functools.partial(_shard_data, k)))
             continue
         local = tuple(slice(o - so, o - so + n)
                       for o, so, n in zip(box[0], shard_origin, box[1]))
-        sources.append((box, _slice_of(shard.data, local)))
+        sources.append((box, functools.partial(_shard_slice, k, local)))
     return meta, sources
+
+
+# Source getters: a leaf value -> what to stage. A plan's getters apply to
+# any later value of the same signature (type, shape, dtype, sharding), so
+# shards are found by their position in ``addressable_shards``, whose order
+# the sharding fixes.
+
+def _itself(arr):
+    return arr
+
+
+def _shard_data(k: int, arr: jax.Array) -> jax.Array:
+    # addressable_data(k) is addressable_shards[k].data without building
+    # every Shard object of the array.
+    return arr.addressable_data(k)
+
+
+def _shard_slice(k: int, index: tuple[slice, ...], arr: jax.Array):
+    return _slice_of(arr.addressable_data(k), index)
+
+
+def _of_key_data(get: Callable, keys: jax.Array):
+    return get(prng_keys.data_of(keys))
 
 
 class _HostSlice:
@@ -212,17 +370,3 @@ def _check_dtype(path: str, dtype) -> None:
 def _to_host(src) -> np.ndarray:
     raw = src.to_numpy() if isinstance(src, _HostSlice) else np.asarray(src)
     return np.ascontiguousarray(dtypes.little_endian(raw))
-
-
-def _may_alias(src) -> bool:
-    """Whether the host array of ``src`` may later change under the save.
-
-    Numpy inputs belong to the caller. On the CPU backend np.asarray of a
-    jax.Array aliases the device buffer, which donation may reuse; on
-    accelerators it is a fresh host copy that nothing else writes.
-    """
-    if isinstance(src, _HostSlice):
-        return True
-    if not isinstance(src, jax.Array):
-        return True
-    return any(d.platform == "cpu" for d in src.devices())

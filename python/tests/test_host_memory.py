@@ -31,17 +31,15 @@ def test_large_buffer_outlives_its_creator_through_views():
     assert view.tolist() == [7] * 10
 
 
-def test_copies_of_copies_all_but_the_skipped_ones_in_parallel():
+@pytest.mark.parametrize("sizes", [(17, 3, 1000), (17, 5 << 20, 6 << 20, 3)])  # serial, threaded
+def test_copy_all_copies_every_source_into_its_destination(sizes):
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(n).astype(np.float32) for n in (17, 5 << 20, 6 << 20, 3)]
-    skip = [False, False, True, False]
-    copies = host_memory.copies_of(arrays, skip=skip)  # 44 MiB + 40 MiB: threaded path
-    assert copies[2] is arrays[2]
-    for i in (0, 1, 3):
-        assert copies[i] is not arrays[i]
-        assert not np.shares_memory(copies[i], arrays[i])
-        np.testing.assert_array_equal(copies[i], arrays[i])
-        assert copies[i].ctypes.data % 64 == 0
+    sources = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    destinations = [np.zeros_like(s) for s in sources]
+    host_memory.copy_all(sources, destinations)
+    for src, dst in zip(sources, destinations):
+        assert not np.shares_memory(src, dst)
+        np.testing.assert_array_equal(dst, src)
 
 
 def test_device_put_adopts_a_large_buffer_without_copying():

@@ -343,17 +343,19 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path, storage_faults, backend):
     assert entries(root) == {"000000003": "committed"}
 
 
-def test_the_next_save_removes_the_leftover_of_a_failed_start(tmp_path, storage_faults):
+def test_the_manager_removes_the_leftover_of_a_failed_start(tmp_path, storage_faults):
     with sk.CheckpointManager(tmp_path) as mgr:
-        # The blocking phase fails after creating the temporary folder, and
-        # the save's own removal of it (its second DeleteRecursive there, after
-        # the removal of a stale one) fails too.
+        # The core's start of the save (on the starter thread) fails after
+        # creating the temporary folder, and the save's own removal of it
+        # (its second DeleteRecursive there, after the removal of a stale
+        # one) fails too; the error surfaces on the manager's next call.
         storage_faults([("CreateDir", r"000000001\.shardkeep-tmp/opt_state", 1, 1, "fail", 0),
                         ("DeleteRecursive", r"000000001\.shardkeep-tmp$", 2, 1, "fail", 0)])
+        mgr.save(1, state(1))
         with pytest.raises(sk.StorageError, match="injected failure of CreateDir"):
-            mgr.save(1, state(1))
+            mgr.wait()  # removes the leftover, then raises the save's error
         _core.testing.disarm_storage_faults()
-        assert "000000001.shardkeep-tmp" in on_disk(tmp_path)
+        assert on_disk(tmp_path) == []
         mgr.save(2, state(2))
         mgr.wait()
     assert on_disk(tmp_path) == ["000000002"]

@@ -1,0 +1,206 @@
+"""save_async in a training loop: donation-safe copies, staging memory kept
+between saves (shardkeep.staging_pool), and the plan reused for a tree
+saved again."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_same_bits, make_mesh
+
+import shardkeep as sk
+from shardkeep import host_memory, staging, staging_pool
+
+
+@pytest.fixture(autouse=True)
+def no_kept_staging():
+    sk.release_staging_memory()
+    yield
+    sk.release_staging_memory()
+
+
+@pytest.fixture
+def fresh_buffers(monkeypatch):
+    """Counts the staging buffers allocated (rather than borrowed)."""
+    calls = []
+    real = host_memory.empty
+
+    def counting(shape, dtype):
+        calls.append(shape)
+        return real(shape, dtype)
+
+    monkeypatch.setattr(staging_pool.host_memory, "empty", counting)
+    return calls
+
+
+def training_state():
+    mesh = make_mesh((4, 2), ("data", "model"))
+    named = lambda *spec: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+    return {
+        "fsdp": jax.device_put(np.arange(64 * 96, dtype=np.float32).reshape(64, 96),
+                               named("data", "model")),
+        # Replicated over 8 devices: replica-parallel saves slices of it.
+        "replicated": jax.device_put(np.linspace(0, 1, 256 * 16, dtype=np.float32)
+                                     .reshape(256, 16), named()),
+        "bf16": jax.device_put(np.ones((32, 40), jnp.bfloat16), named(None, "model")),
+        "single": jnp.arange(1000, dtype=jnp.int32),
+        "key": jax.random.key(7),
+        "host": np.full(10, 3.0),
+        "step": 0,
+    }
+
+
+def update_fn():
+    def update(state):
+        out = dict(state)
+        for name in ("fsdp", "replicated", "bf16", "single"):
+            out[name] = state[name] * 2 + 1
+        out["key"] = jax.random.split(state["key"], 1)[0]
+        return out
+
+    # Donating: XLA writes the outputs into the inputs' buffers.
+    return jax.jit(update, donate_argnums=0)
+
+
+def host_values(state):
+    return {k: (np.asarray(jax.random.key_data(v)) if k == "key" else np.array(v))
+            for k, v in state.items() if k != "step"}
+
+
+def test_saved_values_are_those_of_the_call_when_the_next_update_donates(tmp_path):
+    update = update_fn()
+    state = update(training_state())
+    expected, futures = {}, []
+    for step in range(1, 5):
+        state["step"] = step
+        expected[step] = host_values(state)
+        before = state["fsdp"].addressable_data(0).unsafe_buffer_pointer()
+        futures.append(sk.save_async(tmp_path / str(step), state))
+        donated = state
+        state = update(dict(state, step=step))  # runs while the save writes
+        assert donated["fsdp"].is_deleted()
+        # The update reused the saved array's memory: without a copy the
+        # checkpoint would hold the new values.
+        assert state["fsdp"].addressable_data(0).unsafe_buffer_pointer() == before
+        futures[-1].result()
+    for step, values in expected.items():
+        loaded = sk.load(tmp_path / str(step))
+        assert loaded["step"] == step
+        for name, value in values.items():
+            got = jax.random.key_data(loaded[name]) if name == "key" else loaded[name]
+            assert_same_bits(got, value)
+
+
+def test_the_staging_buffer_is_kept_and_reused_by_the_next_save(tmp_path, fresh_buffers):
+    update = update_fn()
+    state = update(training_state())
+    sk.save_async(tmp_path / "1", state).result()
+    assert len(fresh_buffers) == 1
+    kept = staging_pool.kept_bytes()
+    assert kept >= state["fsdp"].nbytes + state["single"].nbytes
+    for step in (2, 3):
+        state = update(state)
+        sk.save_async(tmp_path / str(step), state).result()
+    assert len(fresh_buffers) == 1  # both later saves borrowed it
+    assert staging_pool.kept_bytes() == kept
+
+
+def test_a_buffer_is_lent_to_one_save_at_a_time_and_one_is_kept():
+    first = staging_pool.lease(1 << 20, reuse=True)
+    first_done = []
+    first.returns_when(lambda: bool(first_done))
+    second = staging_pool.lease(1 << 20, reuse=True)  # the first still writes
+    assert second.buffer is not first.buffer
+    big = staging_pool.lease(4 << 20, reuse=True)
+    second.give_back()
+    big.give_back()
+    assert staging_pool.kept_bytes() == 4 << 20  # the largest, alone
+    first_done.append(True)
+    assert staging_pool.kept_bytes() == 4 << 20
+    reused = staging_pool.lease(2 << 20, reuse=True)
+    assert reused.buffer.size == 4 << 20 and staging_pool.kept_bytes() == 0
+    a, b = reused.carve(3), reused.carve(100)
+    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
+    assert not np.shares_memory(a, b)
+
+
+def test_overlapping_saves_each_hold_the_values_of_their_call(tmp_path):
+    state = {"a": jnp.arange(1 << 20, dtype=jnp.float32)}
+    first = sk.save_async(tmp_path / "1", state,
+                          options=sk.Options(chunk_bytes=64 << 10, io_threads=1))
+    second = sk.save_async(tmp_path / "2", {"a": state["a"] + 1})
+    first.result()
+    second.result()
+    assert staging_pool.kept_bytes() == state["a"].nbytes
+    assert_same_bits(sk.load(tmp_path / "1")["a"], np.arange(1 << 20, dtype=np.float32))
+    assert_same_bits(sk.load(tmp_path / "2")["a"], np.arange(1 << 20, dtype=np.float32) + 1)
+
+
+def test_release_frees_the_kept_buffer_and_those_of_running_saves(tmp_path):
+    state = {"a": jnp.ones(1 << 20)}
+    sk.save_async(tmp_path / "1", state).result()
+    assert staging_pool.kept_bytes() > 0
+    sk.release_staging_memory()
+    assert staging_pool.kept_bytes() == 0
+    running = sk.save_async(tmp_path / "2", state,
+                            options=sk.Options(chunk_bytes=64 << 10, io_threads=1))
+    sk.release_staging_memory()
+    running.result()
+    sk.save_async(tmp_path / "3", {"small": jnp.ones(3)}).result()
+    assert staging_pool.kept_bytes() < 1 << 10  # only the last, small save's buffer
+
+
+def test_reuse_can_be_turned_off(tmp_path, fresh_buffers):
+    options = sk.Options(reuse_staging_memory=False)
+    for step in (1, 2):
+        sk.save_async(tmp_path / str(step), {"a": jnp.ones(1 << 16)}, options=options).result()
+    assert len(fresh_buffers) == 2
+    assert staging_pool.kept_bytes() == 0
+
+
+def test_closing_the_manager_frees_the_kept_buffer(tmp_path):
+    with sk.CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, {"a": jnp.ones(1 << 16)})
+        mgr.wait()
+        assert staging_pool.kept_bytes() > 0
+    assert staging_pool.kept_bytes() == 0
+
+
+def test_a_kept_plan_follows_changed_values_shapes_and_shardings(tmp_path):
+    mesh = make_mesh((8,), ("x",))
+    sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    trees = [
+        {"w": jnp.zeros(16), "n": 1, "name": "a", "f": 0.5},
+        {"w": jnp.ones(16), "n": 2, "name": "b", "f": float("nan")},    # values only
+        {"w": jnp.ones(24), "n": 2, "name": "b", "f": 1.0},             # another shape
+        {"w": jax.device_put(jnp.arange(16.0), sharded), "n": 3, "name": "c", "f": 2.0},
+        {"w": np.arange(16.0), "n": True, "name": "c", "f": 2.0},        # other leaf types
+    ]
+    for i, tree in enumerate(trees):
+        sk.save_async(tmp_path / str(i), tree).result()
+    for i, tree in enumerate(trees):
+        loaded = sk.load(tmp_path / str(i))
+        assert_same_bits(loaded["w"], np.asarray(tree["w"]))
+        assert type(loaded["n"]) is type(tree["n"]) and loaded["n"] == tree["n"]
+        assert loaded["name"] == tree["name"]
+        np.testing.assert_equal(loaded["f"], tree["f"])
+    (w,) = [leaf for leaf in sk.metadata(tmp_path / "3").checkpointables["state"].leaves
+            if leaf.path == "w"]
+    assert w.sharding["type"] == "named"
+
+
+def test_a_donated_leaf_is_named_also_when_the_plan_is_kept(tmp_path):
+    tree = {"a": jnp.ones(4), "b": jnp.ones(4)}
+    sk.save_async(tmp_path / "1", tree).result()
+    tree["b"].delete()
+    with pytest.raises(sk.InvalidArgumentError, match="leaf 'b' is a deleted"):
+        sk.save_async(tmp_path / "2", tree)
+    assert len(staging._plans) >= 1
+
+
+def test_an_error_of_the_core_start_comes_from_result(tmp_path):
+    sk.save(tmp_path / "1", {"a": np.ones(2)})
+    future = sk.save_async(tmp_path / "1", {"a": np.ones(2)})  # exists, no force
+    with pytest.raises(sk.AlreadyExistsError):
+        future.result()
+    assert future.done()
