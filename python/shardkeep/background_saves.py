@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 from typing import Callable
@@ -46,6 +48,9 @@ _starter: threading.Thread | None = None
 _starts: "queue.Queue[BackgroundSave]" = queue.Queue()
 _saves_started = threading.Event()  # set while saves may be running
 _POLL_S = 0.02
+# How much lower async saves' background threads run (see _lower_priority);
+# 0 keeps the caller's priority.
+BACKGROUND_NICE = 10
 
 
 class BackgroundSave:
@@ -153,6 +158,7 @@ def wait_for_starts() -> None:
 
 
 def _run_starts() -> None:
+    _lower_priority()
     while True:
         save = _starts.get()
         try:
@@ -162,6 +168,24 @@ def _run_starts() -> None:
             # interpreter exit are never freed.
             del save
             _starts.task_done()
+
+
+def _lower_priority() -> None:
+    """Lowers this thread's CPU priority to BACKGROUND_NICE.
+
+    On Linux a thread inherits its creator's priority, so the core's save
+    thread started from here, and the writer threads it starts, run at it
+    too: where training and writing compete for cores (the CPU backend), the
+    training step right after a save is slowed less and the background
+    writes take longer. Elsewhere setpriority would change the whole
+    process, so this is Linux only.
+    """
+    if sys.platform.startswith("linux") and BACKGROUND_NICE:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                           os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICE)
+        except OSError as error:  # e.g. a sandbox forbidding it: keep the priority
+            logger.debug("could not lower the priority of the save thread: %s", error)
 
 
 def _register(save: BackgroundSave) -> None:

@@ -2,6 +2,10 @@
 between saves (shardkeep.staging_pool), and the plan reused for a tree
 saved again."""
 
+import os
+import sys
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +13,7 @@ import pytest
 from conftest import assert_same_bits, make_mesh
 
 import shardkeep as sk
-from shardkeep import host_memory, staging, staging_pool
+from shardkeep import background_saves, host_memory, staging, staging_pool
 
 
 @pytest.fixture(autouse=True)
@@ -204,3 +208,16 @@ def test_an_error_of_the_core_start_comes_from_result(tmp_path):
     with pytest.raises(sk.AlreadyExistsError):
         future.result()
     assert future.done()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is Linux's")
+def test_async_saves_start_and_write_at_a_lower_cpu_priority(tmp_path):
+    sk.save_async(tmp_path / "1", {"a": jnp.ones(4)}).result()
+    starter = background_saves._starter.native_id
+
+    def nice(tid):  # field 19 of /proc/<pid>/task/<tid>/stat
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[16])
+
+    assert nice(starter) == os.getpriority(os.PRIO_PROCESS, 0) + background_saves.BACKGROUND_NICE
+    assert nice(threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
