@@ -52,15 +52,17 @@ class SaveFuture:
         """
         save = self._save
         deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            # Slices, so that a signal handler runs while this waits.
-            while not save.started.wait(_WAIT_SLICE_S):
-                if deadline is not None and time.monotonic() >= deadline:
-                    self._timed_out(timeout)
-        except BaseException:
-            save.cancel()
-            save.claim_report()
-            raise
+        while not save.started.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                self._timed_out(timeout)
+            try:
+                # Slices, so that a signal handler runs while this waits.
+                save.started.wait(_WAIT_SLICE_S if left is None else min(_WAIT_SLICE_S, left))
+            except BaseException:
+                save.cancel()
+                save.claim_report()
+                raise
         if save.start_error is not None:
             save.claim_report()
             raise save.start_error

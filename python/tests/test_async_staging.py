@@ -221,3 +221,20 @@ def test_async_saves_start_and_write_at_a_lower_cpu_priority(tmp_path):
 
     assert nice(starter) == os.getpriority(os.PRIO_PROCESS, 0) + background_saves.BACKGROUND_NICE
     assert nice(threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_a_save_queued_behind_a_slow_start_times_out_without_being_cancelled(tmp_path):
+    release = threading.Event()
+
+    def slow_start():
+        release.wait(30)
+        raise sk.ShardkeepError("the slow start")
+
+    background_saves.start(slow_start, "slow", 60.0)
+    future = sk.save_async(tmp_path / "1", {"a": np.arange(5)})
+    with pytest.raises(sk.TimeoutError):
+        future.result(timeout=0.05)
+    assert not future.done()
+    release.set()
+    future.result(timeout=60)  # the timeout did not cancel it
+    assert_same_bits(sk.load(tmp_path / "1")["a"], np.arange(5))

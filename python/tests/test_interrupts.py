@@ -105,3 +105,20 @@ def test_ctrl_c_interrupts_a_wait_in_jax_coordination_service():
     out = proc.stdout.decode()
     assert "interrupted after" in out, (proc.returncode, out, proc.stderr.decode()[-2000:])
     assert float(out.split()[-1]) < _PROMPT_S
+
+
+def test_ctrl_c_while_the_start_is_queued_means_it_never_starts(ckpt):
+    release = threading.Event()
+
+    def slow_start():  # a save ahead in the starter's queue
+        release.wait(30)
+        raise sk.ShardkeepError("the slow start")
+
+    background_saves.start(slow_start, "slow", 60.0)
+    future = sk.save_async(ckpt, {"w": np.ones(10)})
+    assert _interrupted_after(future.result) < _PROMPT_S
+    release.set()
+    _wait_until_no_background_saves()
+    assert not os.path.exists(ckpt) and not os.path.exists(ckpt + ".shardkeep-tmp")
+    with pytest.raises(sk.ShardkeepError, match="cancelled before it started"):
+        future.result()
