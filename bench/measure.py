@@ -258,7 +258,7 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
     if workload == "W6":
         import training_loop
         return result | training_loop.run(tool, op, scale, join(base, op), reset_peak_rss,
-                                          lambda: status_kib("VmHWM"))
+                                          status_kib)
     if op in ("save", "async_save"):
         state = tools.state_for(tool, workload, scale)
         if tool.framework == "jax":

@@ -109,8 +109,13 @@ def _row(tool, e) -> str:
         stall += " WRONG DATA"
     cells = [stall] + [_fmt(e.get(k)) for k in ("blocking_seconds", "step_after_seconds",
                                                 "slowdown_seconds", "baseline_step_seconds")]
-    rss = (f"{e['peak_rss_kib'] / 1024:.0f} (+{(e['peak_rss_kib'] - e['runtime_rss_kib']) / 1024:.0f})"
-           if "peak_rss_kib" in e and "runtime_rss_kib" in e else "")
+    rss = ""
+    if "peak_rss_kib" in e and "runtime_rss_kib" in e:
+        peak = e["peak_rss_kib"]
+        rss = f"{peak / 1024:.0f} (+{(peak - e['runtime_rss_kib']) / 1024:.0f}"
+        if "loop_rss_kib" in e:
+            rss += f" / +{(peak - e['loop_rss_kib']) / 1024:.0f}"
+        rss += ")"
     return f"| {tool} | " + " | ".join(cells + [rss]) + " |"
 
 
@@ -122,7 +127,10 @@ def section(results) -> list[str]:
            "input, DCP updates its tensors in place right after the blocking phase. Per save: "
            "stall = blocking (the save call) + slowdown (the first update after it, minus the "
            "median update away from saves, at least 0); medians over saves 2–4. Each tool's "
-           "last checkpoint is checked against the values as of its save call."]
+           "last checkpoint is checked against the values as of its save call. Peak RSS: "
+           "above the runtime (before the state was built) and above the loop's start (the "
+           "state and the compiled update, after the warm-up steps): the latter is what the "
+           "saves added."]
     ops = results["summary"].get("W6", {})
     tools = results["config"]["tools"]
     for op in ("stall", "stall_small"):
@@ -133,7 +141,8 @@ def section(results) -> list[str]:
         size = next((e["bytes"] for e in ops[op].values() if "bytes" in e), None)
         out += ["", f"### {TITLES[op]}" + (f" ({size / MIB:.1f} MiB)" if size else ""), "",
                 "| tool | stall | blocking | step after save | slowdown | baseline step "
-                "| peak RSS MiB (above runtime) |", "|---|---|---|---|---|---|---|"]
+                "| peak RSS MiB (above runtime / above the loop's start) |",
+                "|---|---|---|---|---|---|---|"]
         if floor:
             out.append(f"| floor: {FLOOR_NAMES[floor_op]} | {_fmt(floor.get('median'))} |"
                        + " |" * 5)

@@ -142,7 +142,7 @@ def summarize(measurements: list[dict]) -> dict:
             seconds = [r["seconds"] for r in good]
             entry.update(median=statistics.median(seconds), min=min(seconds), max=max(seconds))
             for key in ("total_seconds", "peak_rss_kib", "rss_before_kib", "runtime_rss_kib",
-                        "stored_bytes", "bytes", *W6_KEYS):
+                        "stored_bytes", "bytes", "loop_rss_kib", *W6_KEYS):
                 values = [r[key] for r in good if r.get(key) is not None]
                 if values:
                     entry[key] = statistics.median(values)
