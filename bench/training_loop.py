@@ -34,7 +34,8 @@ import workloads
 # op: the workload whose state the loop trains.
 STATE_OF = {"stall": "W1", "stall_small": "W2"}
 WARMUP_STEPS = 3
-STEPS_BETWEEN_SAVES = 3
+SETTLE_STEPS = 2  # untimed after a save finished, so that baseline steps are clean
+BASELINE_STEPS = 3  # timed before each save
 SAVES = 4
 FIRST_COUNTED = 1  # the first save warms the tool up
 
@@ -83,7 +84,9 @@ def _loop(tool, loop, folder):
     times, the leaves as of the last save call and that checkpoint's path."""
     baseline, saves, previous = [], [], None
     for i in range(SAVES):
-        for _ in range(STEPS_BETWEEN_SAVES):
+        for _ in range(SETTLE_STEPS if i else 0):
+            loop.step()
+        for _ in range(BASELINE_STEPS):
             baseline.append(_timed(loop.step))
         expected = loop.snapshot()
         path = os.path.join(folder, f"save_{i}")
