@@ -14,6 +14,10 @@ TOOL is a tool configuration from tools.py or "floor"; OP is one of
   read_warm     floor: the same read with the file in the page cache
   memcpy        floor: one numpy copy of a buffer of the state's size
   device_put    floor: one batched jax.device_put of host arrays of the leaves' sizes
+  stall         W6: stall of an async save in a training loop, W1's state (training_loop.py)
+  stall_small   W6: the same with W2's 2,000 small leaves
+  memcpy_touched floor (W6): copy of W1's state into memory already touched (stall_floors.py)
+  d2h           floor (W6): device-to-host copies of W2's leaves into touched memory
   upload        floor (W5): the state's bytes put to the S3 server by boto3 (s3_floor.py)
   download      floor (W5): the same objects got back into memory
 
@@ -166,6 +170,9 @@ def verify(tool, workload: str, scale: str, loaded) -> bool:
 
 def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) -> dict:
     import numpy as np
+    if workload == "W6":
+        import stall_floors
+        return stall_floors.run(op, scale, reset_peak_rss)
     size = workloads.state_bytes(workload, scale)
     if op in ("upload", "download"):
         import s3_floor
@@ -237,7 +244,9 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
     join = s3_objects.join if s3_objects.is_s3(root) else os.path.join
     base = join(root, tool_name, workload)
     ckpt = join(base, "ckpt")
-    result: dict = {"bytes": workloads.state_bytes(workload, scale), "version": tool.version()}
+    result: dict = {"version": tool.version()}
+    if workload != "W6":
+        result["bytes"] = workloads.state_bytes(workload, scale)
     if tool.framework == "jax":
         import jax
         jax.devices()
@@ -246,6 +255,10 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
     result["runtime_rss_kib"] = status_kib("VmRSS")
     if op == "save_tiny":
         return result | save_tiny(tool, base)
+    if workload == "W6":
+        import training_loop
+        return result | training_loop.run(tool, op, scale, join(base, op), reset_peak_rss,
+                                          status_kib)
     if op in ("save", "async_save"):
         state = tools.state_for(tool, workload, scale)
         if tool.framework == "jax":
@@ -368,7 +381,7 @@ class NotApplicable(Exception):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool")
-    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5"])
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6"])
     parser.add_argument("op")
     parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
     parser.add_argument("--root", required=True,

@@ -9,6 +9,7 @@ import os
 import sys
 
 import report_w5
+import report_w6
 
 MIB = 1 << 20
 PEERS = ("orbax", "dcp")
@@ -148,6 +149,7 @@ def verdicts(results) -> list[dict]:
                                 f"{_fmt_s(multi)} in 2 processes vs {_fmt_s(single)} in one)",
                           multi - single < 0.05))
     v += report_w5.verdicts(results)
+    v += report_w6.verdicts(results)
     return v
 
 
@@ -245,7 +247,9 @@ def render(results) -> str:
         "(bf16 params + f32 Adam mu/nu) on 8 CPU devices, FSDP-sharded; W2 = 2,000 leaves "
         f"of 1–64 KiB ({cfg['state_bytes']['W2'] / MIB:.1f} MiB); W3 = W1 on tmpfs; "
         "W4 = W1 as a 2-process × 4-device job"
-        + ("; W5 = W1 on an S3 server." if "W5" in cfg["workloads"] else "."),
+        + ("; W5 = W1 on an S3 server" if "W5" in cfg["workloads"] else "")
+        + ("; W6 = W1's and W2's states in a training loop" if "W6" in cfg["workloads"]
+           else "") + ".",
         f"- Each cell: median of {cfg['reps']} repetition(s) (min–max), every measurement in "
         "a fresh process; tools interleaved per repetition.",
         "- Cold loads: " + (", ".join(colds) if colds else "none measured")
@@ -265,6 +269,7 @@ def render(results) -> str:
         if table:
             out += ["", f"## {titles[workload]}", ""] + table
     out += report_w5.section(results)
+    out += report_w6.section(results)
     out += ["", "Ratios: `peer best ÷ shardkeep` > 1 means shardkeep is faster than that "
             "peer's fastest configuration; `shardkeep ÷ floor` is the time over the machine's "
             "floor for the same bytes (write+fsync, sequential read, memcpy). "

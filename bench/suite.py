@@ -42,6 +42,7 @@ JAX_OPS = {
     "W3": ["save", "load"],
     "W4": ["save", "load_warm", "save_tiny"],
     "W5": ["save", "load"],
+    "W6": ["stall", "stall_small"],
 }
 TORCH_OPS = {
     "W1": ["save", "async_save", "load_cold", "load_warm"],
@@ -49,11 +50,15 @@ TORCH_OPS = {
     "W3": ["save", "load"],
     "W4": ["save", "load_warm"],
     "W5": ["save", "load"],
+    "W6": ["stall", "stall_small"],
 }
 FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"],
              "W2": ["write", "device_put"], "W3": ["write", "read_warm"],
-             "W5": ["upload", "download"]}
+             "W5": ["upload", "download"], "W6": ["memcpy_touched", "d2h"]}
 S3_BUCKET = "bench-checkpoints"
+# W6's parts of the stall, each summarized like the stall itself.
+W6_KEYS = ("blocking_seconds", "step_after_seconds", "slowdown_seconds",
+           "baseline_step_seconds")
 
 
 def ops_for(tool: str, workload: str) -> list[str]:
@@ -137,11 +142,14 @@ def summarize(measurements: list[dict]) -> dict:
             seconds = [r["seconds"] for r in good]
             entry.update(median=statistics.median(seconds), min=min(seconds), max=max(seconds))
             for key in ("total_seconds", "peak_rss_kib", "rss_before_kib", "runtime_rss_kib",
-                        "stored_bytes"):
+                        "stored_bytes", "bytes", "loop_rss_kib", *W6_KEYS):
                 values = [r[key] for r in good if r.get(key) is not None]
                 if values:
                     entry[key] = statistics.median(values)
             entry["verified"] = all(r.get("verified", True) for r in good)
+            warned = sorted({w for r in good for w in r.get("warnings", [])})
+            if warned:
+                entry["warnings"] = warned
             colds = [r["cold"] for r in good if "cold" in r]
             if colds:
                 entry["cold_method"] = sorted({c["method"] for c in colds})
@@ -202,7 +210,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
                         help=f"comma-separated, from {','.join(ALL_TOOLS)}")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6")
     parser.add_argument("--root", default=os.path.join(HERE, ".work", "ckpt"))
     parser.add_argument("--tmpfs-root", default="/dev/shm/shardkeep-bench")
     parser.add_argument("--drop-caches", action="store_true",
