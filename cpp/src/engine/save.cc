@@ -92,6 +92,7 @@
 #include <system_error>
 
 #include "engine/catch_exceptions.h"
+#include "engine/decoded_meta_cache.h"
 #include "engine/make_visible.h"
 #include "engine/meta_agreement.h"
 #include "engine/shard_writer.h"
@@ -200,16 +201,16 @@ Status ValidateRequest(const SaveRequest& request) {
     if (!names.insert(part.name).second) {
       return InvalidArgumentError("checkpointable '" + part.name + "' given twice");
     }
-    SK_ASSIGN_OR_RETURN(format::CheckpointableMeta meta,
-                        format::DecodeCheckpointableMeta(
-                            part.meta_json, part.name + "/meta.json"));
-    if (meta.kind != part.kind) {
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<const format::CheckpointableMeta> meta,
+                        internal::DecodeMetaCached(part.meta_json,
+                                                   part.name + "/meta.json"));
+    if (meta->kind != part.kind) {
       return InvalidArgumentError("checkpointable '" + part.name + "' is of kind '" +
                                   part.kind + "' but its meta.json says '" +
-                                  meta.kind + "'");
+                                  meta->kind + "'");
     }
     for (const ShardData& shard : part.shards) {
-      SK_RETURN_IF_ERROR(ValidateShard(part, meta, shard));
+      SK_RETURN_IF_ERROR(ValidateShard(part, *meta, shard));
     }
   }
   return Status::Ok();
