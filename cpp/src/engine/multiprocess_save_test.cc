@@ -171,7 +171,7 @@ class Job {
 // tests that give them less.
 void StallPrimaryCommitRecord(Job& job) {
   job.Inject([](int p, std::string_view op, const std::string& path) {
-    if (p == 0 && op == "WriteAll" && path.ends_with("/_SHARDKEEP")) {
+    if (p == 0 && op == "OpenForAppend" && path.ends_with("/_SHARDKEEP")) {
       std::this_thread::sleep_for(milliseconds(1500));
     }
     return Status::Ok();
@@ -244,16 +244,16 @@ TEST(MultiprocessSaveTest, AllProcessesSaveTheirShards) {
   // their own data files and index, inside the temporary folder.
   const std::vector<std::string> primary = job.Modified(0);
   for (const std::string& written :
-       {std::string("WriteAll ") + kTmp + "/_SHARDKEEP",
-        std::string("WriteAll ") + kTmp + "/state/meta.json",
-        std::string("WriteAll ") + kTmp + "/dataset/meta.json",
+       {std::string("OpenForAppend ") + kTmp + "/_SHARDKEEP",
+        std::string("OpenForAppend ") + kTmp + "/state/meta.json",
+        std::string("OpenForAppend ") + kTmp + "/dataset/meta.json",
         std::string("Rename ") + kTmp}) {
     EXPECT_EQ(std::count(primary.begin(), primary.end(), written), 1) << written;
   }
   for (int p = 1; p < kProcesses; ++p) {
     const std::string data = kTmp + std::string("/state/data/p") + std::to_string(p) + "-";
     const std::string index =
-        "WriteAll " + std::string(kTmp) + "/state/index/p" + std::to_string(p) + ".idx";
+        "OpenForAppend " + std::string(kTmp) + "/state/index/p" + std::to_string(p) + ".idx";
     const std::vector<std::string> writes = job.Modified(p);
     EXPECT_FALSE(writes.empty());
     for (const std::string& write : writes) {
@@ -265,9 +265,10 @@ TEST(MultiprocessSaveTest, AllProcessesSaveTheirShards) {
 
 // Every storage call the protocol's steps make, and the occurrences of each
 // to fail: the first, the second and the last one a process makes.
+// (Every file is written through OpenForAppend, so WriteAll is not one.)
 const std::vector<std::string> kFaultOps = {"OpenForAppend", "Append", "Sync",
-                                            "Close", "WriteAll", "CreateDir",
-                                            "SyncDir", "Rename"};
+                                            "Close", "CreateDir", "SyncDir",
+                                            "Rename"};
 
 TEST(MultiprocessSaveTest, StorageFailureOnOneProcessFailsEveryProcess) {
   // How often each process makes each call in a save without faults.

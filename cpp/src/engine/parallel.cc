@@ -1,8 +1,13 @@
 #include "engine/parallel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <new>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -12,6 +17,86 @@
 #include "shardkeep/cancellation.h"
 
 namespace shardkeep::internal {
+namespace {
+
+// Threads kept for ParallelFor between calls, so that a save or a load
+// does not pay for starting and joining its threads (a fixed cost that
+// matters for small ones). A job is handed to an idle thread, or to a new
+// one; never queued, so every job handed out starts at once and a caller
+// that waits for its jobs waits only for work under way. A thread idle
+// for kIdleExit leaves. Threads are detached and the pool is never
+// destroyed: at exit, idle threads simply stop with the process.
+class ThreadPool {
+ public:
+  static ThreadPool& Get() {
+    static ThreadPool* const pool = [] {
+      auto* created = new ThreadPool;
+      // A forked child has none of the parent's threads.
+      pthread_atfork(nullptr, nullptr, [] { Get().ForgetThreadsAfterFork(); });
+      return created;
+    }();
+    return *pool;
+  }
+
+  // Runs `job` on a thread of the pool at once. False when no thread can
+  // be started (the caller then does the work itself).
+  bool Run(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      Worker* worker = idle_.back();
+      idle_.pop_back();
+      worker->job = std::move(job);
+      worker->cv.notify_one();
+      return true;
+    }
+    auto* worker = new Worker{{}, std::move(job)};
+    try {
+      std::thread([this, worker] { Loop(worker); }).detach();
+    } catch (const std::system_error&) {
+      delete worker;
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  static constexpr std::chrono::seconds kIdleExit{30};
+
+  struct Worker {
+    std::condition_variable cv;
+    std::function<void()> job;  // set while it has one to run
+  };
+
+  void Loop(Worker* worker) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      std::function<void()> job = std::move(worker->job);
+      worker->job = nullptr;
+      lock.unlock();
+      job();
+      job = nullptr;  // what it holds goes before the thread is idle again
+      lock.lock();
+      idle_.push_back(worker);
+      if (!worker->cv.wait_for(lock, kIdleExit, [&] { return worker->job != nullptr; })) {
+        idle_.erase(std::find(idle_.begin(), idle_.end(), worker));
+        break;
+      }
+    }
+    lock.unlock();
+    delete worker;
+  }
+
+  // In a forked child: the idle threads listed were the parent's.
+  void ForgetThreadsAfterFork() {
+    new (&mu_) std::mutex;  // another thread of the parent may have held it
+    idle_.clear();
+  }
+
+  std::mutex mu_;
+  std::vector<Worker*> idle_;  // threads waiting for a job
+};
+
+}  // namespace
 
 Status ParallelFor(size_t count, int threads,
                    const std::function<Status(size_t)>& work, std::string_view what) {
@@ -19,6 +104,8 @@ Status ParallelFor(size_t count, int threads,
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
+  std::condition_variable helpers_done;
+  size_t helpers_running = 0;
   Status first_error;
   auto fail = [&](Status status) {
     std::lock_guard<std::mutex> lock(mu);
@@ -44,20 +131,29 @@ Status ParallelFor(size_t count, int threads,
   };
   const size_t helpers =
       std::min<size_t>(count, static_cast<size_t>(std::max(threads, 1))) - (count ? 1 : 0);
-  std::vector<std::thread> pool;
-  pool.reserve(helpers);
-  try {
-    for (size_t t = 0; t < helpers; ++t) {
-      pool.emplace_back([&] {
+  for (size_t t = 0; t < helpers; ++t) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++helpers_running;
+    }
+    const bool started = ThreadPool::Get().Run([&] {
+      {
         CancellationScope scope(token);
         run();
-      });
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (--helpers_running == 0) helpers_done.notify_all();
+    });
+    if (!started) {
+      // Out of threads: the ones started and this one share the work.
+      std::lock_guard<std::mutex> lock(mu);
+      --helpers_running;
+      break;
     }
-  } catch (const std::system_error&) {
-    // Out of threads: the ones started and this one share the work.
   }
   run();
-  for (auto& thread : pool) thread.join();
+  std::unique_lock<std::mutex> lock(mu);
+  helpers_done.wait(lock, [&] { return helpers_running == 0; });
   return first_error;
 }
 

@@ -16,8 +16,11 @@ namespace shardkeep::internal {
 // item's error (ResourceExhausted for std::bad_alloc, Internal otherwise),
 // naming `what` and i. Once the CancellationScope token of the calling
 // thread is cancelled no new item starts and Cancelled is returned; the
-// helper threads run in that scope too. If threads cannot be started, the
-// calling thread does all the work.
+// helper threads run in that scope too. Helper threads come from a pool
+// kept between calls (a thread idle for half a minute leaves it), so that
+// a small save or load does not pay for starting threads; a helper starts
+// at once, never behind other calls' work, so calls may nest. If threads
+// cannot be started, the calling thread does all the work.
 Status ParallelFor(size_t count, int threads,
                    const std::function<Status(size_t)>& work,
                    std::string_view what = "work item");

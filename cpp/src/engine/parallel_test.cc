@@ -6,6 +6,8 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <thread>
 #include <new>
 #include <stdexcept>
@@ -99,6 +101,61 @@ TEST(ParallelForTest, HelperThreadsInheritTheCancellationScope) {
   EXPECT_GT(threads.size(), 1u);
   token.Cancel();
   for (const CancellationToken& t : seen) EXPECT_TRUE(t.cancelled());
+}
+
+// The threads of one call are kept for the next: once the first call's
+// helpers are idle again, a second call runs on threads that ran items
+// before (a fresh thread would start with the thread-local count at 0).
+TEST(ParallelForTest, HelperThreadsAreReusedAcrossCalls) {
+  static thread_local int items_on_this_thread = 0;
+  auto call = [] {
+    std::atomic<int> arrived{0}, on_used_threads{0};
+    EXPECT_TRUE(ParallelFor(4, 4, [&](size_t) {
+      // Every item waits for the others, so four threads run them.
+      arrived++;
+      while (arrived.load() < 4) std::this_thread::yield();
+      if (items_on_this_thread++ > 0) on_used_threads++;
+      return Status::Ok();
+    }).ok());
+    return on_used_threads.load();
+  };
+  call();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // helpers go idle
+  EXPECT_EQ(call(), 4);
+}
+
+// A call inside an item of another call gets threads of its own at once,
+// even when the outer call holds every idle thread: no deadlock.
+TEST(ParallelForTest, CallsNest) {
+  std::atomic<int> inner_items{0};
+  SK_ASSERT_OK(ParallelFor(8, 8, [&](size_t) {
+    return ParallelFor(8, 8, [&](size_t) {
+      inner_items++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return Status::Ok();
+    });
+  }));
+  EXPECT_EQ(inner_items.load(), 64);
+}
+
+// A forked child has none of its parent's pooled threads and starts its
+// own.
+TEST(ParallelForTest, WorksInAForkedChild) {
+  SK_ASSERT_OK(ParallelFor(4, 4, [](size_t) { return Status::Ok(); }));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int> items{0};
+    const Status status = ParallelFor(16, 4, [&](size_t) {
+      items++;
+      return Status::Ok();
+    });
+    ::_exit(status.ok() && items.load() == 16 ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
 }
 
 }  // namespace

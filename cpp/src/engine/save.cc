@@ -16,11 +16,15 @@
 //      written, so it must describe everyone's shards).
 //  Background phase (a thread owned by the SaveHandle):
 //   3. Every process writes its chunks and its index into the temporary
-//      folder and fsyncs them (WriteShards). The primary also writes the
-//      values of json/bytes checkpointables.
+//      folder (WriteShards); the primary also writes the values of
+//      json/bytes checkpointables. Every process but the primary fsyncs
+//      its files here; the primary's are fsynced in step 5.
 //   4. Agreement "written".
-//   5. Primary: writes every meta.json, then _SHARDKEEP, fsyncs them and
-//      their folders; claims the outcome "commit" (see below); moves
+//   5. Primary: writes every meta.json, then _SHARDKEEP; fsyncs them, its
+//      files of step 3 and every folder of the temporary folder (itself
+//      included), all at once (engine/sync_batch.h: nothing there needs an
+//      order, only to be durable before the rename); claims the outcome
+//      "commit" (see below); moves
 //      <path>.shardkeep-tmp to <path> (MakeVisible, make_visible.h: with
 //      `force`, an atomic exchange with the committed checkpoint where the
 //      storage can, two renames otherwise) and fsyncs the parent. It then
@@ -88,9 +92,11 @@
 #include <system_error>
 
 #include "engine/catch_exceptions.h"
+#include "engine/decoded_meta_cache.h"
 #include "engine/make_visible.h"
 #include "engine/meta_agreement.h"
 #include "engine/shard_writer.h"
+#include "engine/sync_batch.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
@@ -195,16 +201,16 @@ Status ValidateRequest(const SaveRequest& request) {
     if (!names.insert(part.name).second) {
       return InvalidArgumentError("checkpointable '" + part.name + "' given twice");
     }
-    SK_ASSIGN_OR_RETURN(format::CheckpointableMeta meta,
-                        format::DecodeCheckpointableMeta(
-                            part.meta_json, part.name + "/meta.json"));
-    if (meta.kind != part.kind) {
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<const format::CheckpointableMeta> meta,
+                        internal::DecodeMetaCached(part.meta_json,
+                                                   part.name + "/meta.json"));
+    if (meta->kind != part.kind) {
       return InvalidArgumentError("checkpointable '" + part.name + "' is of kind '" +
                                   part.kind + "' but its meta.json says '" +
-                                  meta.kind + "'");
+                                  meta->kind + "'");
     }
     for (const ShardData& shard : part.shards) {
-      SK_RETURN_IF_ERROR(ValidateShard(part, meta, shard));
+      SK_RETURN_IF_ERROR(ValidateShard(part, *meta, shard));
     }
   }
   return Status::Ok();
@@ -267,14 +273,19 @@ class SaveOperation {
       local = WritePart(part);
       if (!local.ok()) break;
     }
+    // The primary of a rename commit syncs its files with the commit's
+    // (CommitByRename); everyone else's must be durable before "written".
+    if (local.ok() && !PrimaryDefersSyncs()) local = unsynced_.SyncAll(*storage_);
     Status written = Agree("written", ExplainIfOutOfSpace(local));
     if (!written.ok()) {
+      unsynced_.Discard();
       written = ExplainIfOvertaken(std::move(written));
       RemoveTemporaryDir();
       return written;
     }
     if (!coordinator_->is_primary()) return AwaitCommit();
     Status committed = ExplainIfOutOfSpace(Commit());
+    unsynced_.Discard();  // what a failed commit left unsynced
     // Best effort: a peer that cannot read this times out on its own.
     (void)coordinator_->KeyValueSet(Key("result"), committed.ok()
                                                        ? std::string("ok")
@@ -571,15 +582,35 @@ class SaveOperation {
         " bytes to write (before compression) into " + root_);
   }
 
+  // Whether this process leaves the syncs of the files it wrote to the
+  // commit, which syncs them together with its own files and folders.
+  bool PrimaryDefersSyncs() const {
+    return coordinator_->is_primary() && strategy_ == CommitStrategy::kRename;
+  }
+
+  // Writes this process's files of `part`; those not durable yet go to
+  // unsynced_.
   Status WritePart(const CheckpointablePayload& part) {
     const std::string dir = root_ + "/" + part.name;
     if (part.kind == "pytree") {
+      internal::ByteLimiter limiter(options_.ResolvedHostMemoryLimit());
       return internal::WriteShards(*storage_, dir, coordinator_->process_index(),
-                                   part.shards, options_)
+                                   part.shards, options_, limiter, unsynced_)
           .status();
     }
     if (!coordinator_->is_primary()) return Status::Ok();
-    return storage_->WriteAll(dir + "/" + ValueFileName(part.kind), part.value, true);
+    const std::string file = dir + "/" + ValueFileName(part.kind);
+    if (!PrimaryDefersSyncs()) return storage_->WriteAll(file, part.value, true);
+    return WriteUnsynced(file, part.value);
+  }
+
+  // Creates `path` with `bytes`; unsynced_ syncs it later.
+  Status WriteUnsynced(const std::string& path, std::string_view bytes) {
+    SK_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                        storage_->OpenForAppend(path));
+    SK_RETURN_IF_ERROR(file->Append(bytes.data(), bytes.size()));
+    unsynced_.AddFile(std::move(file), path);
+    return Status::Ok();
   }
 
   Status Commit() {
@@ -606,7 +637,8 @@ class SaveOperation {
     return record;
   }
 
-  // The primary writes each checkpointable's meta.json into root_.
+  // The primary writes each checkpointable's meta.json into root_, synced
+  // (storage without rename: each object is durable once written).
   Status WriteMetas() {
     for (const CheckpointablePayload& part : request_.parts) {
       SK_RETURN_IF_ERROR(storage_->WriteAll(
@@ -628,19 +660,28 @@ class SaveOperation {
     return claim;
   }
 
+  // Every file of the temporary folder and every entry of its folders must
+  // be durable before the rename, in no particular order among themselves
+  // (the folder is nobody's checkpoint until then). So the primary creates
+  // meta.json and _SHARDKEEP first, then syncs them, its own data files and
+  // index and values (deferred from WritePart) and every folder in one
+  // batch; the other processes synced theirs before "written", after
+  // which every entry exists.
   Status CommitByRename() {
     format::CommitRecord record = NewRecord();
-    SK_RETURN_IF_ERROR(WriteMetas());
     for (const CheckpointablePayload& part : request_.parts) {
-      const std::string dir = tmp_ + "/" + part.name;
-      for (const char* sub : {"/data", "/index", ""}) {
-        SK_RETURN_IF_ERROR(storage_->SyncDir(dir + sub));
-      }
+      SK_RETURN_IF_ERROR(WriteUnsynced(tmp_ + "/" + part.name + "/" + format::kMetaFileName,
+                                       part.meta_json));
     }
     record.committed_ns = NowNs();
-    SK_RETURN_IF_ERROR(storage_->WriteAll(tmp_ + "/" + format::kCommitFileName,
-                                          format::EncodeCommitRecord(record), true));
-    SK_RETURN_IF_ERROR(storage_->SyncDir(tmp_));
+    SK_RETURN_IF_ERROR(WriteUnsynced(tmp_ + "/" + format::kCommitFileName,
+                                     format::EncodeCommitRecord(record)));
+    for (const CheckpointablePayload& part : request_.parts) {
+      const std::string dir = tmp_ + "/" + part.name;
+      for (const char* sub : {"/data", "/index", ""}) unsynced_.AddDir(dir + sub);
+    }
+    unsynced_.AddDir(tmp_);
+    SK_RETURN_IF_ERROR(unsynced_.SyncAll(*storage_));
     SK_RETURN_IF_ERROR(ClaimCommit());
     return internal::MakeVisible(*storage_, tmp_, request_.path)
         .WithContext("save of " + request_.path);
@@ -789,6 +830,8 @@ class SaveOperation {
   // Where this process writes: tmp_, or <path>/<generation_> once known.
   std::string root_;
   std::string generation_;  // kGenerations: this save's folder name
+  // Files this process wrote that are not durable yet (see WritePart).
+  internal::SyncBatch unsynced_;
   const std::string id_;
   const int64_t created_ns_;
 };

@@ -15,6 +15,7 @@
 #include "engine/chunking.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
+#include "engine/sync_batch.h"
 #include "format/index.h"
 #include "shardkeep/cancellation.h"
 
@@ -101,14 +102,11 @@ class ThreadWriter {
     return Status::Ok();
   }
 
-  // Syncs and closes the current file; data is durable only after this.
-  Status Finish() {
+  // After the last chunk: gives back the scratch memory, and the current
+  // file (if any) to `batch`, which makes it durable.
+  void Finish(SyncBatch& batch) {
     FreeScratch();
-    if (!file_) return Status::Ok();
-    SK_RETURN_IF_ERROR(file_->Sync());
-    Status status = file_->Close();
-    file_.reset();
-    return status;
+    if (file_) batch.AddFile(std::move(file_), FilePath());
   }
 
  private:
@@ -147,16 +145,23 @@ class ThreadWriter {
     held_context_ = 0;
   }
 
+  std::string FilePath() const {
+    return dir_ + "/" + format::DataFileName(process_, file_number_);
+  }
+
   Status EnsureFile(uint64_t next_bytes) {
     if (file_ && file_bytes_ > 0 &&
         file_bytes_ + next_bytes > options_.data_file_bytes) {
-      SK_RETURN_IF_ERROR(Finish());
+      // A full file is synced at once rather than with the last ones, so
+      // that a save of many files never holds them all open.
+      SK_RETURN_IF_ERROR(file_->Sync());
+      const Status closed = file_->Close();
+      file_.reset();
+      SK_RETURN_IF_ERROR(closed);
     }
     if (file_) return Status::Ok();
     file_number_ = next_file_.fetch_add(1);
-    const std::string path =
-        dir_ + "/" + format::DataFileName(process_, file_number_);
-    SK_ASSIGN_OR_RETURN(file_, storage_.OpenForAppend(path));
+    SK_ASSIGN_OR_RETURN(file_, storage_.OpenForAppend(FilePath()));
     file_bytes_ = 0;
     return Status::Ok();
   }
@@ -184,13 +189,19 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 const std::vector<ShardData>& shards,
                                 const Options& options) {
   ByteLimiter limiter(options.ResolvedHostMemoryLimit());
-  return WriteShards(storage, dir, process_index, shards, options, limiter);
+  SyncBatch unsynced;
+  SK_ASSIGN_OR_RETURN(std::string index_name,
+                      WriteShards(storage, dir, process_index, shards, options,
+                                  limiter, unsynced));
+  SK_RETURN_IF_ERROR(unsynced.SyncAll(storage));
+  return index_name;
 }
 
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
-                                const Options& options, ByteLimiter& limiter) {
+                                const Options& options, ByteLimiter& limiter,
+                                SyncBatch& unsynced) {
   std::vector<ChunkTask> tasks;
   for (const ShardData& shard : shards) {
     if (shard.box.NumElements() == 0) continue;  // nothing to store
@@ -208,6 +219,7 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
   std::atomic<size_t> next_task{0};
   std::vector<std::unique_ptr<ThreadWriter>> writers;
   std::vector<std::vector<format::ChunkRecord>> records(threads);
+  std::vector<SyncBatch> written(threads);
   for (int t = 0; t < threads; ++t) {
     writers.push_back(std::make_unique<ThreadWriter>(storage, dir, process_index,
                                                      options, next_file, limiter));
@@ -220,7 +232,8 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
       }
       SK_RETURN_IF_ERROR(writers[t]->Write(tasks[i], records[t]));
     }
-    return writers[t]->Finish();
+    writers[t]->Finish(written[t]);
+    return Status::Ok();
   }, "writer thread of " + dir));
 
   std::vector<format::ChunkRecord> all;
@@ -232,8 +245,13 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
     return std::tie(a.leaf, a.box.origin) < std::tie(b.leaf, b.box.origin);
   });
   const std::string index_name = format::IndexFileName(process_index);
-  SK_RETURN_IF_ERROR(
-      storage.WriteAll(dir + "/" + index_name, format::EncodeIndex(all), true));
+  const std::string index_path = dir + "/" + index_name;
+  SK_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> index,
+                      storage.OpenForAppend(index_path));
+  const std::string encoded = format::EncodeIndex(all);
+  SK_RETURN_IF_ERROR(index->Append(encoded.data(), encoded.size()));
+  for (SyncBatch& batch : written) unsynced.Take(std::move(batch));
+  unsynced.AddFile(std::move(index), index_path);
   return index_name;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/byte_limiter.h"
+#include "engine/sync_batch.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/options.h"
 #include "shardkeep/storage.h"
@@ -15,9 +16,10 @@ namespace shardkeep::internal {
 // Splits every shard into chunks of at most options.chunk_bytes, writes
 // them on options.io_threads threads (each into data files of its own,
 // `data/p<P>-<F>.bin`, rolling past options.data_file_bytes), checksums and
-// optionally compresses each chunk, fsyncs every data file once, and
-// finally writes and fsyncs `index/p<P>.idx`. `dir` is the checkpointable's
-// folder; its `data/` and `index/` subfolders must exist.
+// optionally compresses each chunk, then writes `index/p<P>.idx`, and
+// fsyncs every data file once, after its last write, and the index (the
+// last data files and the index together, see SyncBatch). `dir` is the
+// checkpointable's folder; its `data/` and `index/` subfolders must exist.
 // The writers' scratch memory (gather buffers, zstd output and working
 // memory) is held in a ByteLimiter of options.ResolvedHostMemoryLimit();
 // the shards' own memory belongs to the caller and is not counted. Once
@@ -27,10 +29,15 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
                                 const Options& options);
-// The same with the caller's limiter (a test reads its peak).
+// The same with the caller's limiter (a test reads its peak), leaving the
+// files that are not durable yet (each thread's last data file and the
+// index) in `unsynced` for the caller, who syncs them with its own (the
+// commit syncs the primary's together with its folders and meta.json).
+// On failure some files may be left there too; they need no sync then.
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
-                                const Options& options, ByteLimiter& limiter);
+                                const Options& options, ByteLimiter& limiter,
+                                SyncBatch& unsynced);
 
 }  // namespace shardkeep::internal

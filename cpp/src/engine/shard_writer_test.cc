@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 
@@ -50,9 +52,11 @@ TEST(ShardWriterTest, CompressionBuffersStayUnderHostMemoryLimit) {
   Shard shard;
   std::shared_ptr<Storage> storage = StorageWithFolders();
   ByteLimiter limiter(limit);
+  SyncBatch unsynced;
   SK_ASSERT_OK(WriteShards(*storage, "ckpt/state", 0, shard.Data(),
-                           CompressedSmallChunks(limit), limiter)
+                           CompressedSmallChunks(limit), limiter, unsynced)
                    .status());
+  SK_ASSERT_OK(unsynced.SyncAll(*storage));
   // Each writer holds a gather buffer, zstd's output and its working
   // memory: at least a chunk and its compression bound...
   EXPECT_GT(limiter.peak(), 2 * 64 * 64 * sizeof(float));
@@ -95,6 +99,44 @@ TEST(ShardWriterTest, ExceptionFromStorageBecomesAnErrorNamingTheWriter) {
   EXPECT_NE(written.status().message().find("writer thread of ckpt/state"),
             std::string::npos)
       << written.status().message();
+}
+
+// Every file written, the index and the data files (rolled ones included),
+// is synced exactly once, after its last append, before WriteShards
+// returns: the durability the commit relies on.
+TEST(ShardWriterTest, EveryFileIsSyncedOnceAfterItsLastAppend) {
+  Shard shard;
+  auto recorded = std::make_shared<FaultInjectionStorage>(StorageWithFolders());
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> calls;  // (op, path)
+  recorded->FailOn([&](std::string_view op, const std::string& path) -> Status {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.emplace_back(std::string(op), path);
+    return Status::Ok();
+  });
+  Options options = CompressedSmallChunks(0);
+  options.compress = false;
+  options.data_file_bytes = 5 * options.chunk_bytes;  // 16 chunks: files roll
+  SK_ASSERT_OK_AND_ASSIGN(
+      std::string index, WriteShards(*recorded, "ckpt/state", 0, shard.Data(), options));
+  std::map<std::string, int> syncs;
+  std::map<std::string, size_t> last_append, sync_at;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& [op, path] = calls[i];
+    if (op == "Append") last_append[path] = i;
+    if (op == "Sync") {
+      ++syncs[path];
+      sync_at[path] = i;
+    }
+  }
+  EXPECT_GE(last_append.size(), 5u) << "data files did not roll";
+  ASSERT_TRUE(last_append.count("ckpt/state/" + index));
+  for (const auto& [path, at] : last_append) {
+    EXPECT_EQ(syncs[path], 1) << path;
+    EXPECT_GT(sync_at[path], at) << path << " synced before its last append";
+  }
+  EXPECT_EQ(syncs.size(), last_append.size());
+  EXPECT_EQ(recorded->Count("WriteAll"), 0);
 }
 
 TEST(ShardWriterTest, CancelledWritersStartNoNewChunk) {

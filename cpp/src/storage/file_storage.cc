@@ -30,6 +30,12 @@ namespace {
 // small index entries costs few system calls; larger ones skip the buffer.
 constexpr size_t kAppendBufferSize = 64 * 1024;
 
+// An appended file asks the kernel to start writing back each span of this
+// many bytes as soon as it is complete, so that the disk works while the
+// writer still copies into the page cache and the one fsync at the end
+// waits only for the last span instead of for the whole file.
+constexpr uint64_t kWritebackSpanBytes = 8 * 1024 * 1024;
+
 // Bytes an unprivileged writer may still use on the file system holding
 // `path`, or on the nearest existing folder above it.
 std::optional<uint64_t> FreeBytes(const std::string& path) {
@@ -156,7 +162,9 @@ class PosixWritableFile final : public WritableFile {
       buffer_.append(bytes, size);
       return Status::Ok();
     }
-    return WriteFully(fd_, bytes, size, path_);
+    SK_RETURN_IF_ERROR(WriteFully(fd_, bytes, size, path_));
+    Written(size);
+    return Status::Ok();
   }
 
   Status Sync() override {
@@ -176,13 +184,31 @@ class PosixWritableFile final : public WritableFile {
  private:
   Status Flush() {
     Status status = WriteFully(fd_, buffer_.data(), buffer_.size(), path_);
+    if (status.ok()) Written(buffer_.size());
     buffer_.clear();
     return status;
+  }
+
+  // `size` more bytes reached the file. Starts the writeback of every
+  // complete span (see kWritebackSpanBytes). Only a hint: it neither waits
+  // nor makes anything durable, and a write error it would meet is
+  // reported by the fsync in Sync(), so its own answer is not needed.
+  void Written(uint64_t size) {
+    written_ += size;
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (written_ - kicked_ < kWritebackSpanBytes) return;
+    const uint64_t end = written_ - written_ % kWritebackSpanBytes;
+    (void)::sync_file_range(fd_, static_cast<off_t>(kicked_),
+                            static_cast<off_t>(end - kicked_), SYNC_FILE_RANGE_WRITE);
+    kicked_ = end;
+#endif
   }
 
   int fd_;
   const std::string path_;
   std::string buffer_;
+  uint64_t written_ = 0;  // bytes handed to write()
+  uint64_t kicked_ = 0;   // bytes whose writeback was started
 };
 
 using DirPtr = std::unique_ptr<DIR, int (*)(DIR*)>;
