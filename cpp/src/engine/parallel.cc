@@ -1,11 +1,19 @@
 #include "engine/parallel.h"
 
 #include <pthread.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include <cerrno>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -19,6 +27,17 @@
 namespace shardkeep::internal {
 namespace {
 
+// The calling thread's nice value (Linux has one per thread); 0 elsewhere.
+int CallersNice() {
+#ifdef __linux__
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  return errno == 0 ? nice : 0;
+#else
+  return 0;
+#endif
+}
+
 // Threads kept for ParallelFor between calls, so that a save or a load
 // does not pay for starting and joining its threads (a fixed cost that
 // matters for small ones). A job is handed to an idle thread, or to a new
@@ -26,15 +45,28 @@ namespace {
 // that waits for its jobs waits only for work under way. A thread idle
 // for kIdleExit leaves. Threads are detached and the pool is never
 // destroyed: at exit, idle threads simply stop with the process.
+//
+// One pool per CPU priority (nice value) of the calling threads: a thread
+// inherits its creator's priority and, unprivileged, cannot raise it again,
+// so helpers started for a background save (which runs at a lower
+// priority) must not later work for a load at normal priority, nor the
+// other way round. The caller's priority picks the pool, and every thread
+// of that pool was started by a caller with that priority.
 class ThreadPool {
  public:
-  static ThreadPool& Get() {
-    static ThreadPool* const pool = [] {
-      auto* created = new ThreadPool;
+  static ThreadPool& ForCallersPriority() {
+    static std::mutex* const pools_mu = new std::mutex;
+    static std::map<int, ThreadPool*>* const pools = [] {
       // A forked child has none of the parent's threads.
-      pthread_atfork(nullptr, nullptr, [] { Get().ForgetThreadsAfterFork(); });
-      return created;
+      pthread_atfork(nullptr, nullptr, [] {
+        new (pools_mu) std::mutex;  // another thread of the parent may have held it
+        for (auto& [nice, pool] : *pools) pool->ForgetThreadsAfterFork();
+      });
+      return new std::map<int, ThreadPool*>;
     }();
+    std::lock_guard<std::mutex> lock(*pools_mu);
+    ThreadPool*& pool = (*pools)[CallersNice()];
+    if (pool == nullptr) pool = new ThreadPool;
     return *pool;
   }
 
@@ -136,7 +168,7 @@ Status ParallelFor(size_t count, int threads,
       std::lock_guard<std::mutex> lock(mu);
       ++helpers_running;
     }
-    const bool started = ThreadPool::Get().Run([&] {
+    const bool started = ThreadPool::ForCallersPriority().Run([&] {
       {
         CancellationScope scope(token);
         run();

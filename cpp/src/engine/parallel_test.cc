@@ -6,6 +6,8 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <thread>
@@ -123,6 +125,43 @@ TEST(ParallelForTest, HelperThreadsAreReusedAcrossCalls) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // helpers go idle
   EXPECT_EQ(call(), 4);
 }
+
+#ifdef __linux__
+int ThisThreadsNice() {
+  return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+}
+
+// Every item waits for the others, so four threads run them; returns the
+// nice values they ran at.
+std::set<int> NiceValuesOfHelpers() {
+  std::mutex mu;
+  std::set<int> seen;
+  std::atomic<int> arrived{0};
+  EXPECT_TRUE(ParallelFor(4, 4, [&](size_t) {
+    arrived++;
+    while (arrived.load() < 4) std::this_thread::yield();
+    std::lock_guard<std::mutex> lock(mu);
+    seen.insert(ThisThreadsNice());
+    return Status::Ok();
+  }).ok());
+  return seen;
+}
+
+// Helpers started for a lower-priority caller (a background save) never
+// work for a caller at normal priority, which could not raise them back.
+TEST(ParallelForTest, HelpersRunAtTheCallersPriority) {
+  const int normal = ThisThreadsNice();
+  EXPECT_EQ(NiceValuesOfHelpers(), std::set<int>{normal});
+  std::set<int> lowered;
+  std::thread background([&] {
+    ASSERT_EQ(setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), normal + 5), 0);
+    lowered = NiceValuesOfHelpers();
+  });
+  background.join();
+  EXPECT_EQ(lowered, std::set<int>{normal + 5});
+  EXPECT_EQ(NiceValuesOfHelpers(), std::set<int>{normal});  // idle low ones not taken
+}
+#endif
 
 // A call inside an item of another call gets threads of its own at once,
 // even when the outer call holds every idle thread: no deadlock.
