@@ -104,7 +104,7 @@ def stage_pytree(tree: Any, replica_parallel: bool | None = None
             aliased.append(len(shards))
         # (On accelerators the host array is a fresh copy nobody else writes.)
         shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
-                       dtypes.as_bytes(_to_host(src))))
+                       _host_bytes(src)))
     return plan.meta_json_for(values), shards, aliased
 
 
@@ -367,6 +367,10 @@ def _check_dtype(path: str, dtype) -> None:
             " keys")
 
 
-def _to_host(src) -> np.ndarray:
+def _host_bytes(src) -> np.ndarray:
+    """The bytes of ``src`` in host memory, C-contiguous and little-endian,
+    as a flat uint8 array (a view where they already are)."""
     raw = src.to_numpy() if isinstance(src, _HostSlice) else np.asarray(src)
-    return np.ascontiguousarray(dtypes.little_endian(raw))
+    if not raw.flags.c_contiguous or raw.dtype.byteorder == ">":
+        raw = np.ascontiguousarray(dtypes.little_endian(raw))
+    return dtypes.as_bytes(raw)
