@@ -174,13 +174,9 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     tree or the two flattenings do not match one to one (such a plan is
     not kept)."""
     structure, leaves = tree_codec.flatten(tree)
-    # meta.json numbers leaves in tree_codec's order; match them to the
-    # treedef's order by key path.
-    number_of = {leaf.path: n for n, leaf in enumerate(leaves)}
     cacheable = values is not None
     if cacheable:
-        with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
-        codec_number = [number_of.get(tree_codec.path_str(p), -1) for p, _ in with_paths]
+        codec_number = _codec_numbers(tree, values, leaves)
         cacheable = sorted(codec_number) == list(range(len(leaves)))
     if not cacheable:
         values = [leaf.value for leaf in leaves]
@@ -203,6 +199,22 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
                  plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
                  scalar_values)
     return plan, values
+
+
+def _codec_numbers(tree: Any, values: list, leaves: list[tree_codec.Leaf]) -> list[int]:
+    """meta.json's number (tree_codec's order) of each of ``values`` (the
+    treedef's order); -1 where none matches."""
+    if len(values) == len(leaves) and all(v is leaf.value for v, leaf in zip(values, leaves)):
+        return list(range(len(leaves)))  # the same order: dict keys were inserted sorted
+    number_of = {id(leaf.value): n for n, leaf in enumerate(leaves)}
+    if len(number_of) == len(leaves) == len(values):
+        # Every leaf a distinct object: matched by identity.
+        return [number_of.get(id(v), -1) for v in values]
+    # Shared objects (None, small ints, one array in two places): by key
+    # path, which costs JAX tens of milliseconds for thousands of leaves.
+    number_of = {leaf.path: n for n, leaf in enumerate(leaves)}
+    with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
+    return [number_of.get(tree_codec.path_str(p), -1) for p, _ in with_paths]
 
 
 def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list]:

@@ -238,3 +238,18 @@ def test_a_save_queued_behind_a_slow_start_times_out_without_being_cancelled(tmp
     release.set()
     future.result(timeout=60)  # the timeout did not cancel it
     assert_same_bits(sk.load(tmp_path / "1")["a"], np.arange(5))
+
+
+def test_a_kept_plan_maps_shared_and_unsorted_leaves_by_their_paths(tmp_path):
+    shared = jnp.arange(3)
+    # Insertion order differs from JAX's sorted order, and leaves share
+    # objects (the int 1, None, one array in two places).
+    first = {"b": 1, "a": 1, "z": None, "y": None, "q": shared, "p": shared}
+    second = {"b": 1, "a": 2, "z": None, "y": None, "q": shared, "p": shared + 1}
+    for name, tree in (("1", first), ("2", second)):
+        sk.save_async(tmp_path / name, tree).result()
+    loaded = sk.load(tmp_path / "2")
+    assert list(loaded) == ["b", "a", "z", "y", "q", "p"]
+    assert (loaded["a"], loaded["b"], loaded["z"], loaded["y"]) == (2, 1, None, None)
+    assert_same_bits(loaded["q"], np.arange(3))
+    assert_same_bits(loaded["p"], np.arange(3) + 1)
