@@ -251,5 +251,5 @@ def test_a_kept_plan_maps_shared_and_unsorted_leaves_by_their_paths(tmp_path):
     loaded = sk.load(tmp_path / "2")
     assert list(loaded) == ["b", "a", "z", "y", "q", "p"]
     assert (loaded["a"], loaded["b"], loaded["z"], loaded["y"]) == (2, 1, None, None)
-    assert_same_bits(loaded["q"], np.arange(3))
-    assert_same_bits(loaded["p"], np.arange(3) + 1)
+    assert_same_bits(loaded["q"], np.arange(3, dtype=np.int32))
+    assert_same_bits(loaded["p"], np.arange(3, dtype=np.int32) + 1)
