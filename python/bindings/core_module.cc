@@ -184,12 +184,6 @@ StorageLocation Locate(const std::string& url, const Options& options) {
   return location;
 }
 
-nlohmann::json ParseJson(const std::string& text, const char* what) {
-  nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
-  if (value.is_discarded()) Raise(InvalidArgumentError(std::string(what) + " is not JSON"));
-  return value;
-}
-
 // A Python callable that may be called, and dropped, from C++ threads: the
 // GIL is taken for both.
 class PyFunction {
@@ -401,8 +395,8 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   request.step = step;
   request.force = force;
   request.operation_id = operation_id;
-  request.custom_metadata = ParseJson(custom_metadata_json, "custom_metadata");
-  request.metrics = ParseJson(metrics_json, "metrics");
+  request.custom_metadata_json = custom_metadata_json;
+  request.metrics_json = metrics_json;
   nb::list borrowed;
   for (nb::handle part : parts) {
     request.parts.push_back(ParsePart(nb::cast<nb::dict>(part), borrowed));

@@ -11,10 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "shardkeep/box.h"
 #include "shardkeep/coordinator.h"
@@ -48,8 +45,9 @@ struct SaveRequest {
   std::string path;  // the checkpoint's path in `storage`
   std::vector<CheckpointablePayload> parts;
   std::optional<int64_t> step;
-  nlohmann::json custom_metadata = nlohmann::json::object();
-  nlohmann::json metrics = nlohmann::json::object();
+  // JSON objects stored in the commit record (InvalidArgument otherwise).
+  std::string custom_metadata_json = "{}";
+  std::string metrics_json = "{}";
   bool force = false;  // replace a committed checkpoint at `path`
   // Names this save's barriers. Unique per save and identical on every
   // process; the Python front numbers each process's save calls (counting
@@ -64,16 +62,12 @@ struct SaveRequest {
 // destructor (so dropping the handle waits for the save), and its outcome.
 class SaveHandle {
  public:
-  SaveHandle(Future future, std::thread thread, std::function<Status()> cancel)
-      : future_(std::move(future)),
-        thread_(std::move(thread)),
-        cancel_(std::move(cancel)) {}
+  struct State;  // the thread, the future and how to cancel (save.cc)
+  explicit SaveHandle(std::unique_ptr<State> state);
   SaveHandle(const SaveHandle&) = delete;
   SaveHandle& operator=(const SaveHandle&) = delete;
-  ~SaveHandle() {
-    if (thread_.joinable()) thread_.join();
-  }
-  const Future& future() const { return future_; }
+  ~SaveHandle();
+  const Future& future() const;
 
   // Stops the save from committing if it still can be stopped, and its
   // writers from starting new chunks. Ok: it will not commit (its future
@@ -81,12 +75,10 @@ class SaveHandle {
   // AlreadyExists: the commit was already under way; the future's outcome
   // says whether it succeeded. Any other error: whether it commits cannot
   // be known (the coordinator failed). Thread-safe; may be called again.
-  Status Cancel() { return cancel_(); }
+  Status Cancel();
 
  private:
-  Future future_;
-  std::thread thread_;
-  std::function<Status()> cancel_;
+  std::unique_ptr<State> state_;
 };
 
 // Runs the blocking phase and starts the background phase. An error of the

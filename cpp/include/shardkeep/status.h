@@ -66,6 +66,13 @@ Status CommitStateUnknownError(std::string message);
 // A StorageError built from errno: "<what>: <strerror(err)>".
 Status ErrnoError(const std::string& what, int err);
 
+namespace internal {
+// Ends the process with a message naming `status`: value() of a Result
+// holding an error is a bug in the caller, reported rather than left
+// undefined.
+[[noreturn]] void DieOfValueOnError(const Status& status);
+}  // namespace internal
+
 // Either a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] Result {
@@ -77,16 +84,21 @@ class [[nodiscard]] Result {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  // REQUIRES: ok().
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // The value. On a Result holding an error, every accessor ends the
+  // process with a message naming the error (check ok() first).
+  T& value() & { return Checked(), *value_; }
+  const T& value() const& { return Checked(), *value_; }
+  T&& value() && { return Checked(), std::move(*value_); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
 
  private:
+  void Checked() const {
+    if (!value_.has_value()) internal::DieOfValueOnError(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

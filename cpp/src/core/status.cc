@@ -1,5 +1,7 @@
 #include "shardkeep/status.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace shardkeep {
@@ -56,5 +58,15 @@ Status ErrnoError(const std::string& what, int err) {
   const char* text = strerror_r(err, buffer, sizeof(buffer));
   return StorageError(what + ": " + text);
 }
+
+namespace internal {
+
+void DieOfValueOnError(const Status& status) {
+  std::fprintf(stderr, "shardkeep: Result::value() called on an error: %s\n",
+               status.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace shardkeep

@@ -182,6 +182,25 @@ TEST_P(CheckpointTest, RefusesToOverwriteWithoutForce) {
   EXPECT_FALSE(old_left);
 }
 
+TEST_P(CheckpointTest, CustomMetadataAndMetricsAreJsonObjects) {
+  SaveRequest request = MakeRequest(path_, state_);
+  request.custom_metadata_json = R"({"run": "demo", "seed": 7})";
+  request.metrics_json = R"({"loss": 0.25})";
+  SK_ASSERT_OK(Save(storage_, coordinator_, std::move(request), SmallChunks()));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, path_));
+  EXPECT_NE(reader->commit_json().find(R"("seed": 7)"), std::string::npos) << reader->commit_json();
+  EXPECT_NE(reader->commit_json().find(R"("loss": 0.25)"), std::string::npos);
+  for (const char* bad : {"[1, 2]", "{not json", "7"}) {
+    SaveRequest wrong = MakeRequest(path_ + "-bad", state_);
+    wrong.metrics_json = bad;
+    Status status = Save(storage_, coordinator_, std::move(wrong), SmallChunks());
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("metrics must be a JSON object"), std::string::npos);
+    SK_ASSERT_OK_AND_ASSIGN(bool left, storage_->Exists(path_ + "-bad"));
+    EXPECT_FALSE(left);
+  }
+}
+
 TEST_P(CheckpointTest, MissingCommitRecordIsNotFound) {
   SK_ASSERT_OK(storage_->CreateDir(path_ + "/state"));
   auto reader = CheckpointReader::Open(storage_, path_);

@@ -90,6 +90,9 @@
 #include <random>
 #include <set>
 #include <system_error>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/catch_exceptions.h"
 #include "engine/decoded_meta_cache.h"
@@ -234,6 +237,17 @@ uint64_t BytesToWrite(const std::vector<CheckpointablePayload>& parts,
   return total;
 }
 
+// Decodes `text` into `out`; InvalidArgument naming `what` unless it is a
+// JSON object.
+Status ParseJsonObject(const std::string& text, const char* what, nlohmann::json& out) {
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return InvalidArgumentError(std::string(what) + " must be a JSON object");
+  }
+  out = std::move(parsed);
+  return Status::Ok();
+}
+
 class SaveOperation {
  public:
   SaveOperation(std::shared_ptr<Storage> storage,
@@ -253,6 +267,9 @@ class SaveOperation {
   // Steps 1–2.
   Status Prepare() {
     Status local = ValidateRequest(request_);
+    if (local.ok()) local = ParseJsonObject(request_.custom_metadata_json, "custom_metadata",
+                                            custom_metadata_);
+    if (local.ok()) local = ParseJsonObject(request_.metrics_json, "metrics", metrics_);
     if (local.ok()) local = CheckStrategy();
     if (local.ok()) local = PublishMetaDigest();
     if (local.ok() && coordinator_->is_primary()) {
@@ -623,8 +640,8 @@ class SaveOperation {
     record.step = request_.step;
     record.created_ns = created_ns_;
     record.process_count = coordinator_->process_count();
-    record.custom_metadata = request_.custom_metadata;
-    record.metrics = request_.metrics;
+    record.custom_metadata = custom_metadata_;
+    record.metrics = metrics_;
     for (const CheckpointablePayload& part : request_.parts) {
       record.checkpointables.push_back({part.name, part.kind});
       if (part.kind == "pytree") {
@@ -834,9 +851,28 @@ class SaveOperation {
   internal::SyncBatch unsynced_;
   const std::string id_;
   const int64_t created_ns_;
+  // The request's JSON texts, decoded by Prepare().
+  nlohmann::json custom_metadata_ = nlohmann::json::object();
+  nlohmann::json metrics_ = nlohmann::json::object();
 };
 
 }  // namespace
+
+struct SaveHandle::State {
+  Future future;
+  std::thread thread;
+  std::function<Status()> cancel;
+};
+
+SaveHandle::SaveHandle(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+SaveHandle::~SaveHandle() {
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+const Future& SaveHandle::future() const { return state_->future; }
+
+Status SaveHandle::Cancel() { return state_->cancel(); }
 
 Result<std::unique_ptr<SaveHandle>> StartSave(
     std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
@@ -864,7 +900,8 @@ Result<std::unique_ptr<SaveHandle>> StartSave(
     return ResourceExhaustedError("save of " + path +
                                   ": cannot start its background thread: " + e.what());
   }
-  return std::make_unique<SaveHandle>(future, std::move(thread), std::move(cancel));
+  return std::make_unique<SaveHandle>(std::make_unique<SaveHandle::State>(
+      SaveHandle::State{future, std::move(thread), std::move(cancel)}));
 }
 
 Status Save(std::shared_ptr<Storage> storage,
