@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coord/simulated_group.h"
+#include "testing/simulated_group.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
 #include "testing/payloads.h"

@@ -13,7 +13,7 @@
 #include <optional>
 #include <thread>
 
-#include "coord/simulated_group.h"
+#include "testing/simulated_group.h"
 #include "format/commit_record.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"

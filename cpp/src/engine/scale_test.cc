@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "coord/simulated_group.h"
+#include "testing/simulated_group.h"
 #include "shardkeep/checkpoint.h"
 #include "testing/payloads.h"
 #include "testing/status_matchers.h"

@@ -1,4 +1,4 @@
-#include "coord/simulated_group.h"
+#include "testing/simulated_group.h"
 
 #include <gtest/gtest.h>
 
