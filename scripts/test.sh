@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ tests (ctest), the
-# commit protocol at simulated scale, the C++ tests under sanitizers, the
-# Python tests (pytest, on 8 CPU devices), 50 crash-torture trials and a
-# short fuzzing run.
+# installed C++ package as a shared library, the commit protocol at
+# simulated scale, the C++ tests under sanitizers, the Python tests
+# (pytest, on 8 CPU devices), 50 crash-torture trials and a short fuzzing
+# run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,6 +11,10 @@ scripts/setup.sh
 cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
 cmake --build build/cpp
 ctest --test-dir build/cpp --output-on-failure -j 2
+# The C++ package as a shared library too (ctest checked the static one).
+cmake -S . -B build/shared -G Ninja -DBUILD_SHARED_LIBS=ON -DSHARDKEEP_BUILD_TESTS=OFF > /dev/null
+cmake --build build/shared
+cpp/package_test/check.sh build/shared
 scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
 scripts/sanitize.sh
 
