@@ -72,23 +72,30 @@ TEST(ReaderHostile, HugeLeafWithEmptyRecordIsCorruption) {
   ExpectCorruption(read, {"meta.json", "2^63 bytes"});
 }
 
+// Saves the rows x cols float32 leaf "w" at kPath in chunks of
+// `block_rows` rows (one data file: one writer thread).
+Status SaveInRowBlocks(const std::shared_ptr<Storage>& storage, const std::vector<float>& w,
+                       uint64_t rows, uint64_t cols, uint64_t block_rows) {
+  SaveRequest request;
+  request.path = kPath;
+  CheckpointablePayload part =
+      testdata::PytreePayload("state", {{"w", "float32", {rows, cols}}});
+  for (uint64_t r = 0; r < rows; r += block_rows) {
+    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {block_rows, cols}},
+                           reinterpret_cast<const uint8_t*>(w.data() + r * cols)});
+  }
+  request.parts.push_back(std::move(part));
+  Options options;
+  options.io_threads = 1;
+  return Save(storage, NewSingleProcessCoordinator(), std::move(request), options);
+}
+
 // A real save of a 12x10 float32 leaf as four row blocks, one chunk each.
 class ReaderChunksTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::iota(w_.begin(), w_.end(), 0.5f);
-    SaveRequest request;
-    request.path = kPath;
-    CheckpointablePayload part =
-        testdata::PytreePayload("state", {{"w", "float32", {kRows, kCols}}});
-    for (uint64_t r = 0; r < kRows; r += 3) {
-      part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {3, kCols}},
-                             reinterpret_cast<const uint8_t*>(w_.data() + r * kCols)});
-    }
-    request.parts.push_back(std::move(part));
-    Options options;
-    options.io_threads = 1;
-    SK_ASSERT_OK(Save(storage_, NewSingleProcessCoordinator(), std::move(request), options));
+    SK_ASSERT_OK(SaveInRowBlocks(storage_, w_, kRows, kCols, 3));
     SK_ASSERT_OK_AND_ASSIGN(std::string bytes, storage_->ReadAll(index_file_));
     SK_ASSERT_OK_AND_ASSIGN(records_, format::DecodeIndex(bytes, index_file_));
     ASSERT_EQ(records_.size(), 4u);
@@ -192,31 +199,13 @@ TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   EXPECT_EQ(blob.size(), 256u + 9u);
 }
 
-// Saves the rows x cols float32 leaf "w" at kPath in chunks of two rows
-// (one data file: one writer thread).
-Status SaveInTwoRowChunks(const std::shared_ptr<Storage>& storage,
-                          const std::vector<float>& w, uint64_t rows, uint64_t cols) {
-  SaveRequest request;
-  request.path = kPath;
-  CheckpointablePayload part =
-      testdata::PytreePayload("state", {{"w", "float32", {rows, cols}}});
-  for (uint64_t r = 0; r < rows; r += 2) {
-    part.shards.push_back({0, DType::kFloat32, Box{{r, 0}, {2, cols}},
-                           reinterpret_cast<const uint8_t*>(w.data() + r * cols)});
-  }
-  request.parts.push_back(std::move(part));
-  Options options;
-  options.io_threads = 1;
-  return Save(storage, NewSingleProcessCoordinator(), std::move(request), options);
-}
-
 // A storage far away (S3) asks for more reads in flight than cores; the
 // reader follows its hint unless Options::io_threads says otherwise.
 TEST(ReaderParallelism, FollowsTheStoragesHintForReadsInFlight) {
   constexpr uint64_t kRowsHere = 24, kColsHere = 256;
   std::vector<float> w(kRowsHere * kColsHere, 1.5f);
   auto base = NewMemoryStorage();
-  SK_ASSERT_OK(SaveInTwoRowChunks(base, w, kRowsHere, kColsHere));
+  SK_ASSERT_OK(SaveInRowBlocks(base, w, kRowsHere, kColsHere, 2));
 
   auto storage = std::make_shared<FaultInjectionStorage>(base);
   StorageFeatures features = base->features();
@@ -265,7 +254,7 @@ TEST(ReaderRequests, SmallDirectReadsMergeWhereTheStorageAsks) {
   std::vector<float> w(kRowsHere * kColsHere);
   std::iota(w.begin(), w.end(), 0.25f);
   auto base = NewMemoryStorage();
-  SK_ASSERT_OK(SaveInTwoRowChunks(base, w, kRowsHere, kColsHere));
+  SK_ASSERT_OK(SaveInRowBlocks(base, w, kRowsHere, kColsHere, 2));
 
   auto reads_with = [&](uint64_t min_efficient_read_bytes) -> Result<int> {
     auto storage = std::make_shared<FaultInjectionStorage>(base);
