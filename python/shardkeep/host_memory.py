@@ -100,7 +100,7 @@ def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
     workers = min(len(sources), os.cpu_count() or 1, _MAX_COPY_THREADS)
     if total < _PARALLEL_COPY_BYTES or workers < 2:
         for src, dst in zip(sources, destinations):
-            _copy(src, dst)
+            np.copyto(dst, src)
         return
     # Largest first, dealt round-robin: the threads get near-equal shares,
     # and thousands of small arrays cost a few hand-overs, not one each.
@@ -109,14 +109,10 @@ def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
 
     def copy_group(group):
         for i in group:
-            _copy(sources[i], destinations[i])
+            np.copyto(destinations[i], sources[i])
 
     for done in [_copy_threads().submit(copy_group, g) for g in groups]:
         done.result()
-
-
-def _copy(src: np.ndarray, dst: np.ndarray) -> None:
-    np.copyto(dst, src)
 
 
 _threads: concurrent.futures.ThreadPoolExecutor | None = None

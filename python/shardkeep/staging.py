@@ -89,10 +89,7 @@ def stage_pytree(tree: Any, replica_parallel: bool | None = None
                 del _plans[next(iter(_plans))]
             _plans[key] = plan
     for number in plan.array_leaves:
-        if values[number].is_deleted():
-            raise InvalidArgumentError(
-                f"leaf {plan.leaf_metas[plan.codec_number[number]]['path']!r} is a deleted"
-                " (donated?) jax.Array")
+        _check_not_deleted(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
     sources = [s.get(values[s.value_index]) for s in plan.sources]
     if not plan.all_on_host:
         for s, src in zip(plan.sources, sources):
