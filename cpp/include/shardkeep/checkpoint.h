@@ -11,9 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkeep/box.h"
+#include "shardkeep/contents.h"
 #include "shardkeep/coordinator.h"
 #include "shardkeep/dtype.h"
 #include "shardkeep/future.h"
@@ -84,7 +86,7 @@ class SaveHandle {
 // Runs the blocking phase and starts the background phase. An error of the
 // blocking phase (bad request, committed checkpoint without `force`,
 // storage failure while preparing) is returned here; later ones resolve the
-// handle's future.
+// handle's future. A null `coordinator` saves as a single process.
 Result<std::unique_ptr<SaveHandle>> StartSave(
     std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
     SaveRequest request, const Options& options);
@@ -124,8 +126,14 @@ class CheckpointReader {
       std::shared_ptr<Storage> storage, const std::string& path);
   virtual ~CheckpointReader() = default;
 
-  // The decoded `_SHARDKEEP` as JSON text.
+  // The decoded `_SHARDKEEP` as JSON text, and as fields.
   virtual const std::string& commit_json() const = 0;
+  virtual const CheckpointInfo& Info() const = 0;
+  // The tree and leaves of pytree checkpointable `name`, with the bytes
+  // each leaf's chunks take in storage. Reads meta.json and every index of
+  // `name` and proves that each array leaf's chunks tile it. NotFound for
+  // an unknown name, InvalidArgument for a json/bytes checkpointable.
+  virtual Result<PytreeInfo> Pytree(const std::string& checkpointable) = 0;
   // `<checkpointable>/meta.json`, checked. NotFound for an unknown name.
   virtual Result<std::string> MetaJson(const std::string& checkpointable) = 0;
   // value.json / value.bin of a json/bytes checkpointable.
@@ -143,6 +151,14 @@ class CheckpointReader {
   virtual Result<std::vector<std::optional<StoredRange>>> Locate(
       const std::string& checkpointable, const std::vector<ReadRequest>& requests,
       const Options& options) = 0;
+
+  // Reads leaf `path` (a key path, LeafInfo::path) of `checkpointable`
+  // into `dst`: the whole leaf, or `box` of it, row-major in `dtype` (a
+  // cast when it differs from the stored dtype). `dst` must hold the box's
+  // elements × DTypeSize(dtype) bytes. NotFound names an unknown path.
+  Status ReadLeaf(const std::string& checkpointable, std::string_view path,
+                  DType dtype, void* dst, const Options& options,
+                  std::optional<Box> box = std::nullopt);
 };
 
 }  // namespace shardkeep

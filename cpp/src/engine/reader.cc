@@ -106,9 +106,43 @@ class Reader final : public CheckpointReader {
          format::CommitRecord commit, std::string commit_json)
       : storage_(std::move(storage)), path_(std::move(path)),
         root_(commit.data_folder ? path_ + "/" + *commit.data_folder : path_),
-        commit_(std::move(commit)), commit_json_(std::move(commit_json)) {}
+        commit_(std::move(commit)), commit_json_(std::move(commit_json)),
+        info_(InfoOf(commit_)) {}
 
   const std::string& commit_json() const override { return commit_json_; }
+  const CheckpointInfo& Info() const override { return info_; }
+
+  Result<PytreeInfo> Pytree(const std::string& name) override {
+    SK_ASSIGN_OR_RETURN(std::string kind, CheckListed(name));
+    if (kind != "pytree") {
+      return InvalidArgumentError("checkpointable '" + name + "' of " + path_ +
+                                  " is a " + kind + " value, not a pytree");
+    }
+    SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
+    const format::CheckpointableMeta& meta = part->meta;
+    PytreeInfo info;
+    info.tree_json = meta.tree.dump();
+    info.leaves.reserve(meta.leaves.size());
+    info.stored_bytes.assign(meta.leaves.size(), 0);
+    for (size_t i = 0; i < meta.leaves.size(); ++i) {
+      const format::LeafMeta& leaf = meta.leaves[i];
+      LeafInfo out;
+      out.index = static_cast<uint32_t>(i);
+      out.path = leaf.path;
+      out.kind = leaf.kind;
+      // The decoder has checked the names of array and scalar dtypes.
+      if (auto dtype = DTypeFromName(leaf.dtype); dtype.ok()) out.dtype = *dtype;
+      out.shape = leaf.shape;
+      out.sharding_json = leaf.sharding.dump();
+      if (!leaf.value.is_null()) out.value_json = leaf.value.dump();
+      out.prng_impl = leaf.prng_impl;
+      for (const StoredChunk& chunk : part->chunks_by_leaf[i]) {
+        info.stored_bytes[i] += chunk.record.stored_length;
+      }
+      info.leaves.push_back(std::move(out));
+    }
+    return info;
+  }
 
   Result<std::string> MetaJson(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -172,6 +206,20 @@ class Reader final : public CheckpointReader {
   }
 
  private:
+  static CheckpointInfo InfoOf(const format::CommitRecord& commit) {
+    CheckpointInfo info;
+    info.step = commit.step;
+    info.created_ns = commit.created_ns;
+    info.committed_ns = commit.committed_ns;
+    info.process_count = commit.process_count;
+    for (const auto& entry : commit.checkpointables) {
+      info.checkpointables.push_back({entry.name, entry.kind});
+    }
+    info.custom_metadata_json = commit.custom_metadata.dump();
+    info.metrics_json = commit.metrics.dump();
+    return info;
+  }
+
   Result<std::string> CheckListed(const std::string& name) const {
     std::string listed;
     for (const auto& entry : commit_.checkpointables) {
@@ -511,6 +559,7 @@ class Reader final : public CheckpointReader {
   const std::string root_;  // the folder holding the checkpointable folders
   format::CommitRecord commit_;
   const std::string commit_json_;
+  const CheckpointInfo info_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<LoadedMeta>> metas_;
   std::map<std::string, std::unique_ptr<OpenCheckpointable>> open_;
@@ -537,6 +586,28 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
   std::unique_ptr<CheckpointReader> reader = std::make_unique<Reader>(
       std::move(storage), path, std::move(commit), std::move(*bytes));
   return reader;
+}
+
+Status CheckpointReader::ReadLeaf(const std::string& checkpointable,
+                                  std::string_view path, DType dtype, void* dst,
+                                  const Options& options, std::optional<Box> box) {
+  SK_ASSIGN_OR_RETURN(PytreeInfo tree, Pytree(checkpointable));
+  const LeafInfo* leaf = tree.Find(path);
+  if (leaf == nullptr) {
+    return NotFoundError("checkpointable '" + checkpointable + "' has no leaf '" +
+                         std::string(path) + "'");
+  }
+  if (leaf->kind != LeafKind::kArray) {
+    return InvalidArgumentError("leaf '" + leaf->path + "' of '" + checkpointable +
+                                "' is a " + std::string(LeafKindName(leaf->kind)) +
+                                ", not an array: its value is in LeafInfo::value_json");
+  }
+  ReadRequest request;
+  request.leaf = leaf->index;
+  request.dtype = dtype;
+  request.box = box ? *box : Box{std::vector<uint64_t>(leaf->shape.size(), 0), leaf->shape};
+  request.dst = static_cast<uint8_t*>(dst);
+  return Read(checkpointable, {request}, options);
 }
 
 }  // namespace shardkeep

@@ -878,6 +878,10 @@ Result<std::unique_ptr<SaveHandle>> StartSave(
     std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
     SaveRequest request, const Options& options) {
   const std::string path = request.path;
+  if (storage == nullptr) {
+    return InvalidArgumentError("the save of " + path + " was given no storage");
+  }
+  if (coordinator == nullptr) coordinator = NewSingleProcessCoordinator();
   auto operation = std::make_shared<SaveOperation>(
       std::move(storage), std::move(coordinator), std::move(request), options);
   SK_RETURN_IF_ERROR(internal::CallCatching(

@@ -153,16 +153,10 @@ class TreeChecker {
 
 }  // namespace
 
-std::string_view LeafKindName(LeafKind kind) {
-  for (const auto& [k, name] : kLeafKinds) {
-    if (k == kind) return name;
-  }
-  return "unknown";
-}
-
 std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta) {
   ordered_json j;
   j["kind"] = meta.kind;
+  if (!meta.registered_kind.empty()) j["registered_kind"] = meta.registered_kind;
   if (meta.kind == "pytree") {
     j["tree"] = ordered_json(meta.tree);
     ordered_json leaves = ordered_json::array();
@@ -180,6 +174,7 @@ std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta) {
       if (leaf.kind == LeafKind::kScalar || leaf.kind == LeafKind::kString) {
         l["value"] = ordered_json(leaf.value);
       }
+      if (!leaf.prng_impl.empty()) l["prng_impl"] = leaf.prng_impl;
       leaves.push_back(std::move(l));
     }
     j["leaves"] = std::move(leaves);
@@ -200,6 +195,12 @@ Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
   }
   CheckpointableMeta meta;
   meta.kind = kind->get<std::string>();
+  if (auto registered = j.find("registered_kind"); registered != j.end()) {
+    if (!registered->is_string()) {
+      return corrupt("expected \"registered_kind\" to be a string");
+    }
+    meta.registered_kind = registered->get<std::string>();
+  }
   if (meta.kind != "pytree") return meta;  // json/bytes: nothing else here
 
   auto tree = j.find("tree");
@@ -282,6 +283,10 @@ Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
         return bad("expected \"value\" to be a string");
       }
       leaf.value = std::move(*value);
+    }
+    if (auto prng = l.find("prng_impl"); prng != l.end()) {
+      if (!prng->is_string()) return bad("expected \"prng_impl\" to be a string");
+      leaf.prng_impl = prng->get<std::string>();
     }
     meta.leaves.push_back(std::move(leaf));
   }

@@ -10,13 +10,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardkeep/contents.h"
 #include "shardkeep/status.h"
 
 namespace shardkeep::format {
 
 inline constexpr char kMetaFileName[] = "meta.json";
 
-enum class LeafKind { kArray, kScalar, kString, kNone };
+using ::shardkeep::LeafKind;  // public: shardkeep/contents.h
 
 struct LeafMeta {
   std::string path;               // escaped key path, e.g. "params/w"
@@ -25,10 +26,13 @@ struct LeafMeta {
   std::vector<uint64_t> shape;    // [] for scalars and 0-d arrays
   nlohmann::json sharding;        // saved sharding description, or null
   nlohmann::json value;           // the value of scalar/string leaves
+  std::string prng_impl;          // typed PRNG key data: JAX's impl name
 };
 
 struct CheckpointableMeta {
   std::string kind;  // "pytree", "json", "bytes"
+  // A kind registered in the Python front, saved as the built-in `kind`.
+  std::string registered_kind;
   // For kind "pytree" only: the structure as built by the Python front
   // (docs/FORMAT.md §4.1; checked by the decoder, rebuilt into containers
   // by the Python front) and the leaves in order.
@@ -45,7 +49,5 @@ std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta);
 // and the leaf or the tree node (as a JSON pointer, "/tree/children/0").
 Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
                                                     const std::string& file);
-
-std::string_view LeafKindName(LeafKind kind);
 
 }  // namespace shardkeep::format
