@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
           libxxhash-dev libzstd-dev libexpat1-dev libgtest-dev libbenchmark-dev
           libssl-dev libcurl4-openssl-dev  # S3: signing hashes, HTTP client
+          libcli11-dev  # the command-line tool's argument parsing
           clang libclang-rt-14-dev)  # sanitizers and libFuzzer
 missing=()
 for p in "${packages[@]}"; do
