@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/decoded_meta_cache.h"
 #include "format/checkpointable_meta.h"
 #include "format/json_parse.h"
 
@@ -139,7 +140,11 @@ Result<std::string> EncodeMeta(nb::handle meta) {
   Result<format::CheckpointableMeta> decoded = format::DecodeCheckpointableMetaDocument(
       std::move(document), "the meta.json of a checkpointable being saved");
   if (!decoded.ok()) return InvalidArgumentError(decoded.status().message());
-  return format::EncodeCheckpointableMeta(*decoded);
+  std::string text = format::EncodeCheckpointableMeta(*decoded);
+  // The save checks its shards against the decoded meta: hand it over.
+  internal::RememberDecodedMeta(
+      text, std::make_shared<const format::CheckpointableMeta>(std::move(*decoded)));
+  return text;
 }
 
 }  // namespace shardkeep::binding
