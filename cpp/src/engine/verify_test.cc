@@ -179,24 +179,28 @@ TEST_F(VerifyTest, RecordOutsideTheLeafShapeIsReportedAtItsOffset) {
   RewriteIndex();
   const VerifyReport report = Verify();
   ASSERT_EQ(report.problems.size(), 2u) << Describe(report);
-  const VerifyProblem& record = report.problems[0];  // the index sorts first
+  // Both in the index file; the one without an offset sorts first.
+  const VerifyProblem& record = report.problems[1];
   EXPECT_EQ(record.file, index_);
   EXPECT_EQ(record.leaf, "w");
   EXPECT_EQ(record.offset, RecordOffset(3));
   EXPECT_TRUE(Has(record.message, "outside shape [0:12, 0:10]"));
   // Without that chunk, rows 9-11 are not covered.
-  EXPECT_TRUE(Has(report.problems[1].message, "cover 90 of its 120 elements"));
-  EXPECT_EQ(report.problems[1].leaf, "w");
+  EXPECT_TRUE(Has(report.problems[0].message, "cover 90 of its 120 elements"));
+  EXPECT_EQ(report.problems[0].leaf, "w");
 }
 
 TEST_F(VerifyTest, RecordNamingNoLeafIsReported) {
   records_[4].leaf = 9;
   RewriteIndex();
   const VerifyReport report = Verify();
-  ASSERT_GE(report.problems.size(), 1u);
-  EXPECT_EQ(report.problems[0].leaf, "#9");
-  EXPECT_EQ(report.problems[0].offset, RecordOffset(4));
-  EXPECT_TRUE(Has(report.problems[0].message, "names no leaf of meta.json"));
+  // The record, and leaf "b" left without chunks.
+  ASSERT_EQ(report.problems.size(), 2u) << Describe(report);
+  EXPECT_EQ(report.problems[1].leaf, "#9");
+  EXPECT_EQ(report.problems[1].offset, RecordOffset(4));
+  EXPECT_TRUE(Has(report.problems[1].message, "names no leaf of meta.json"));
+  EXPECT_EQ(report.problems[0].leaf, "b");
+  EXPECT_TRUE(Has(report.problems[0].message, "cover 0 of its 7 elements"));
 }
 
 TEST_F(VerifyTest, OverlappingChunksAreATilingProblem) {
