@@ -99,6 +99,14 @@ class Verifier {
     return Status::Ok();
   }
 
+  // A decoder or check refused bytes that were read: damage, whatever
+  // the status code.
+  void AddDecodeFailure(const Status& status, const std::string& file,
+                        const std::string& checkpointable, const std::string& leaf = "",
+                        std::optional<uint64_t> offset = std::nullopt) {
+    Add({file, checkpointable, leaf, offset, status.ToString()});
+  }
+
   // Reads `file`; nullopt (with the problem recorded) when it is missing.
   Result<std::optional<std::string>> ReadListed(const std::string& file,
                                                 const std::string& checkpointable) {
@@ -122,8 +130,11 @@ class Verifier {
     if (meta_json) {
       Result<format::CheckpointableMeta> decoded =
           format::DecodeCheckpointableMeta(*meta_json, meta_file);
-      SK_RETURN_IF_ERROR(AddIfDamage(decoded.status(), meta_file, entry.name));
-      if (decoded.ok()) meta = std::move(*decoded);
+      if (decoded.ok()) {
+        meta = std::move(*decoded);
+      } else {
+        AddDecodeFailure(decoded.status(), meta_file, entry.name);
+      }
     }
     if (meta && meta->kind != entry.kind) {
       Add({meta_file, entry.name, "", std::nullopt,
@@ -169,7 +180,7 @@ class Verifier {
       }
       Result<std::vector<format::ChunkRecord>> records = format::DecodeIndex(*bytes, file);
       if (!records.ok()) {
-        SK_RETURN_IF_ERROR(AddIfDamage(records.status(), file, name));
+        AddDecodeFailure(records.status(), file, name);
         every_index_read = false;
         continue;
       }
@@ -183,7 +194,7 @@ class Verifier {
         if (meta) {
           const Status agrees = internal::CheckChunkRecord(*meta, record, file);
           if (!agrees.ok()) {
-            SK_RETURN_IF_ERROR(AddIfDamage(agrees, file, name, leaf, offsets[i]));
+            AddDecodeFailure(agrees, file, name, leaf, offsets[i]);
             continue;
           }
         }
@@ -200,7 +211,7 @@ class Verifier {
       const Status tiled = internal::CheckLeafTiling(
           spec, by_leaf[leaf], "checkpoint " + path_ + ": leaf '" + spec.path + "' of " + name,
           folder, index_files);
-      SK_RETURN_IF_ERROR(AddIfDamage(tiled, tiling_file, name, spec.path));
+      if (!tiled.ok()) AddDecodeFailure(tiled, tiling_file, name, spec.path);
     }
     return Status::Ok();
   }
