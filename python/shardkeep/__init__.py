@@ -13,6 +13,7 @@ from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .load import load, load_checkpointables
 from .manager import CheckpointManager
 from .options import Options
+from .safetensors_load import load_safetensors
 from .s3_settings import S3Settings
 from .save import (SaveFuture, save, save_async, save_checkpointables,
                    save_checkpointables_async)
@@ -23,7 +24,7 @@ __all__ = [
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
-    "load", "load_checkpointables", "metadata", "register_kind", "release_staging_memory",
+    "load", "load_checkpointables", "load_safetensors", "metadata", "register_kind", "release_staging_memory",
     "save", "save_async",
     "save_checkpointables", "save_checkpointables_async",
 ]

@@ -10,6 +10,7 @@
 #include "engine/chunk_checks.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
+#include "engine/safetensors_source.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
@@ -19,6 +20,9 @@ namespace shardkeep {
 namespace {
 
 using internal::StoredChunk;
+
+// The one checkpointable of a reader of safetensors files.
+constexpr char kSafetensorsName[] = "tensors";
 
 // A checkpointable's meta.json, as stored and decoded.
 struct LoadedMeta {
@@ -97,6 +101,25 @@ class Reader final : public CheckpointReader {
         commit_(std::move(commit)), commit_json_(std::move(commit_json)),
         info_(InfoOf(commit_)) {}
 
+  // A reader of safetensors files: one pytree checkpointable, already open.
+  Reader(std::shared_ptr<Storage> storage, std::string path,
+         internal::SafetensorsSource source)
+      : Reader(std::move(storage), path, SafetensorsRecord(),
+               format::EncodeCommitRecord(SafetensorsRecord())) {
+    external_files_ = std::move(source.files);
+    auto loaded = std::make_unique<LoadedMeta>();
+    loaded->meta = std::move(source.meta);
+    loaded->json = format::EncodeCheckpointableMeta(loaded->meta);
+    auto part = std::unique_ptr<OpenCheckpointable>(
+        new OpenCheckpointable{loaded->meta, {}});
+    part->chunks_by_leaf.resize(part->meta.leaves.size());
+    for (format::ChunkRecord& chunk : source.chunks) {
+      part->chunks_by_leaf[chunk.leaf].push_back({std::move(chunk), 0});
+    }
+    metas_[kSafetensorsName] = std::move(loaded);
+    open_[kSafetensorsName] = std::move(part);
+  }
+
   const std::string& commit_json() const override { return commit_json_; }
   const CheckpointInfo& Info() const override { return info_; }
 
@@ -155,9 +178,10 @@ class Reader final : public CheckpointReader {
         out.emplace_back(std::nullopt);
         continue;
       }
-      out.push_back(StoredRange{DataFilePath(name, chunk->process, chunk->record.data_file),
-                                chunk->record.offset, chunk->record.stored_length,
-                                chunk->record.checksum});
+      StoredRange range{DataFilePath(name, chunk->process, chunk->record.data_file),
+                        chunk->record.offset, chunk->record.stored_length, std::nullopt};
+      if (external_files_.empty()) range.checksum = chunk->record.checksum;
+      out.push_back(std::move(range));
     }
     return out;
   }
@@ -224,7 +248,14 @@ class Reader final : public CheckpointReader {
   std::string Folder(const std::string& name) const { return root_ + "/" + name; }
 
   std::string DataFilePath(const std::string& name, int process, uint32_t data_file) const {
+    if (!external_files_.empty()) return external_files_[data_file];
     return Folder(name) + "/" + format::DataFileName(process, data_file);
+  }
+
+  static format::CommitRecord SafetensorsRecord() {
+    format::CommitRecord record;
+    record.checkpointables.push_back({kSafetensorsName, "pytree"});
+    return record;
   }
 
   // Reads and checks meta.json of `name` once (a load asks for it twice:
@@ -465,6 +496,7 @@ class Reader final : public CheckpointReader {
 
   Status Verify(const OpenCheckpointable& part, const ChunkRead& read,
                 const uint8_t* stored, const std::string& file) const {
+    if (!external_files_.empty()) return Status::Ok();  // safetensors: no checksums
     const auto& record = read.chunk->record;
     return internal::CheckChunkChecksum(record, stored,
                                         part.meta.leaves[record.leaf].path, file);
@@ -481,9 +513,21 @@ class Reader final : public CheckpointReader {
   std::map<std::string, std::unique_ptr<OpenCheckpointable>> open_;
   std::mutex sizes_mu_;  // guards file_sizes_ (taken by reader threads)
   std::map<std::string, uint64_t> file_sizes_;
+  // Safetensors files: a chunk's data_file indexes them. Empty otherwise.
+  std::vector<std::string> external_files_;
 };
 
 }  // namespace
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenSafetensors(
+    std::shared_ptr<Storage> storage, const std::string& path, const Options& options) {
+  SK_ASSIGN_OR_RETURN(internal::SafetensorsSource source,
+                      internal::OpenSafetensorsSource(*storage, path,
+                                                      options.ResolvedIoThreads()));
+  std::unique_ptr<CheckpointReader> reader =
+      std::make_unique<Reader>(std::move(storage), path, std::move(source));
+  return reader;
+}
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     std::shared_ptr<Storage> storage, const std::string& path) {
