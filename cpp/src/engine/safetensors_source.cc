@@ -5,7 +5,7 @@
 
 #include "engine/parallel.h"
 #include "format/json_parse.h"
-#include "format/safetensors.h"
+#include "shardkeep/safetensors.h"
 #include "shardkeep/contents.h"
 
 namespace shardkeep::internal {
@@ -57,15 +57,15 @@ Status ReadIndex(Storage& storage, const std::string& path, std::vector<std::str
   return Status::Ok();
 }
 
-Result<format::SafetensorsHeader> ReadHeader(Storage& storage, const std::string& file) {
+Result<SafetensorsHeader> ReadHeader(Storage& storage, const std::string& file) {
   SK_ASSIGN_OR_RETURN(uint64_t size, storage.FileSize(file));
   std::string first(8, '\0');
   if (size >= 8) SK_RETURN_IF_ERROR(storage.ReadAt(file, 0, 8, first.data()));
   SK_ASSIGN_OR_RETURN(uint64_t length,
-                      format::DecodeSafetensorsHeaderLength(first, size, file));
+                      DecodeSafetensorsHeaderLength(first, size, file));
   std::string header(length, '\0');
   SK_RETURN_IF_ERROR(storage.ReadAt(file, 8, length, header.data()));
-  return format::DecodeSafetensorsHeader(header, size, file);
+  return DecodeSafetensorsHeader(header, size, file);
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ Result<SafetensorsSource> OpenSafetensorsSource(Storage& storage, const std::str
   if (source.files.empty()) {
     return NotFoundError(path + " holds no .safetensors file");
   }
-  std::vector<format::SafetensorsHeader> headers(source.files.size());
+  std::vector<SafetensorsHeader> headers(source.files.size());
   SK_RETURN_IF_ERROR(ParallelFor(source.files.size(), threads, [&](size_t i) -> Status {
     SK_ASSIGN_OR_RETURN(headers[i], ReadHeader(storage, source.files[i]));
     return Status::Ok();
@@ -98,7 +98,7 @@ Result<SafetensorsSource> OpenSafetensorsSource(Storage& storage, const std::str
   nlohmann::json children = nlohmann::json::array();
   std::map<std::string, size_t> file_of;  // tensor -> index into files
   for (size_t f = 0; f < headers.size(); ++f) {
-    for (format::SafetensorsTensor& tensor : headers[f].tensors) {
+    for (SafetensorsTensor& tensor : headers[f].tensors) {
       auto [it, fresh] = file_of.emplace(tensor.name, f);
       if (!fresh) {
         return CorruptionError("tensor \"" + tensor.name + "\" is in both " +

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "format/safetensors.h"
+#include "shardkeep/safetensors.h"
 #include "shardkeep/checkpoint.h"
 #include "testing/status_matchers.h"
 
@@ -42,8 +42,8 @@ TEST(OpenSafetensors, ReadsTheLibrarysFileByBoxAndWithACast) {
 
 class SafetensorsIndexTest : public ::testing::Test {
  protected:
-  void Write(const std::string& file, std::vector<format::SafetensorsTensor> tensors) {
-    std::string bytes = format::EncodeSafetensorsHeader(tensors, {});
+  void Write(const std::string& file, std::vector<SafetensorsTensor> tensors) {
+    std::string bytes = EncodeSafetensorsHeader(tensors, {});
     for (const auto& t : tensors) bytes.append(t.length, static_cast<char>(t.name[0]));
     SK_ASSERT_OK(storage_->WriteAll("m/" + file, bytes, false));
   }
