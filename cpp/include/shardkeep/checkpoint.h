@@ -33,6 +33,13 @@ struct ShardData {
   DType dtype = DType::kUInt8;
   Box box;
   const uint8_t* data = nullptr;
+  // Instead of `data`: writes the bytes of `chunk` (a box inside `box`)
+  // row-major into `dst`. The save calls it on its writer threads, once per
+  // chunk as it writes it, so a save from sources holds at most one chunk
+  // per writer thread (Options::chunk_bytes × io_threads) however large the
+  // state: conversions from other formats stream this way. Thread-safe; an
+  // error fails the save.
+  std::function<Status(const Box& chunk, uint8_t* dst)> fill;
 };
 
 struct CheckpointablePayload {

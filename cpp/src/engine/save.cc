@@ -169,7 +169,7 @@ Status ValidateShard(const CheckpointablePayload& part,
     return InvalidArgumentError(where + ": shard box " + shard.box.ToString() +
                                 " lies outside shape " + whole.ToString());
   }
-  if (shard.data == nullptr && shard.box.NumElements() > 0) {
+  if (shard.data == nullptr && !shard.fill && shard.box.NumElements() > 0) {
     return InvalidArgumentError(where + ": shard has no data");
   }
   return Status::Ok();

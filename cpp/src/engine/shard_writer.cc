@@ -49,10 +49,14 @@ class ThreadWriter {
     const ShardData& shard = *task.shard;
     const uint64_t item = DTypeSize(shard.dtype);
     const uint64_t raw_length = task.box.NumElements() * item;
-    const bool contiguous = IsContiguousIn(task.box, shard.box);
+    const bool contiguous = !shard.fill && IsContiguousIn(task.box, shard.box);
     ReserveScratch(raw_length, !contiguous);
     const uint8_t* raw = nullptr;
-    if (contiguous) {
+    if (shard.fill) {  // a source: produce just this chunk
+      gather_.resize(raw_length);
+      SK_RETURN_IF_ERROR(shard.fill(task.box, gather_.data()));
+      raw = gather_.data();
+    } else if (contiguous) {
       raw = shard.data + RowMajorOffset(task.box, shard.box) * item;
     } else {
       gather_.resize(raw_length);

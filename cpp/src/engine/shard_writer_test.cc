@@ -85,6 +85,53 @@ TEST(ShardWriterTest, ASaveUnderASmallLimitCompletesAndLoadsBack) {
   EXPECT_EQ(loaded, shard.values);
 }
 
+// A shard given as a source is produced one chunk at a time, on the
+// writer threads: the save holds a chunk per thread, never the shard.
+TEST(ShardWriterTest, SourcesAreFilledOneChunkAtATime) {
+  Shard shard;
+  std::mutex mu;
+  uint64_t filled_elements = 0;
+  uint64_t largest_fill = 0;
+  ShardData source{0, DType::kFloat32, Box{{0, 0}, {kRows, kCols}}, nullptr};
+  source.fill = [&](const Box& chunk, uint8_t* dst) -> Status {
+    float* out = reinterpret_cast<float*>(dst);
+    for (uint64_t r = 0; r < chunk.shape[0]; ++r) {
+      for (uint64_t c = 0; c < chunk.shape[1]; ++c) {
+        *out++ = shard.values[(chunk.origin[0] + r) * kCols + chunk.origin[1] + c];
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    filled_elements += chunk.NumElements();
+    largest_fill = std::max(largest_fill, chunk.NumElements() * sizeof(float));
+    return Status::Ok();
+  };
+  Options options;
+  options.chunk_bytes = 64 * 64 * sizeof(float);
+  options.io_threads = 3;
+  auto storage = NewMemoryStorage();
+  SaveRequest request;
+  request.path = "ckpt";
+  request.parts.push_back(testdata::PytreePayload("state", {{"w", "float32", {kRows, kCols}}}));
+  request.parts[0].shards = {source};
+  SK_ASSERT_OK(Save(storage, nullptr, request, options));
+  EXPECT_EQ(filled_elements, kRows * kCols);  // every element once
+  EXPECT_LE(largest_fill, options.chunk_bytes);
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, "ckpt"));
+  std::vector<float> loaded(kRows * kCols);
+  SK_ASSERT_OK(reader->ReadLeaf("state", "w", DType::kFloat32, loaded.data(), options));
+  EXPECT_EQ(loaded, shard.values);
+
+  // A source's error fails the save, and nothing is committed.
+  request.path = "failed";
+  request.parts[0].shards[0].fill = [](const Box&, uint8_t*) -> Status {
+    return StorageError("the source file vanished");
+  };
+  Status failed = Save(storage, nullptr, request, options);
+  EXPECT_NE(failed.message().find("the source file vanished"), std::string::npos)
+      << failed.ToString();
+  EXPECT_EQ(CheckpointReader::Open(storage, "failed").status().code(), StatusCode::kNotFound);
+}
+
 TEST(ShardWriterTest, ExceptionFromStorageBecomesAnErrorNamingTheWriter) {
   Shard shard;
   auto faulty = std::make_shared<FaultInjectionStorage>(StorageWithFolders());
