@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -189,14 +190,16 @@ StorageLocation Locate(const std::string& url, const Options& options) {
 // GIL is taken for both.
 class PyFunction {
  public:
-  explicit PyFunction(nb::object fn) : fn_(std::move(fn)) {}
+  // `what` names the function in errors ("the coordination service call").
+  explicit PyFunction(nb::object fn, std::string what = "coordination service call")
+      : fn_(std::move(fn)), what_(std::move(what)) {}
   ~PyFunction() {
     nb::gil_scoped_acquire acquire;
     fn_.reset();
   }
   // Calls the function; a Python exception becomes a Status (a timeout
   // stays a timeout, an existing key stays AlreadyExists, anything else
-  // names the coordination service).
+  // names the function as `what`).
   template <typename... Args>
   Result<nb::object> Call(const Args&... args) const {
     nb::gil_scoped_acquire acquire;
@@ -212,15 +215,16 @@ class PyFunction {
       }
       if (error.matches(PyExc_TimeoutError)) return TimeoutError(message);
       if (error.matches(PyExc_FileExistsError)) return AlreadyExistsError(message);
-      return InternalError("coordination service call failed: " + message);
+      return InternalError(what_ + " failed: " + message);
     } catch (const std::exception& error) {
       // E.g. a result of the wrong type: the caller's thread must not die.
-      return InternalError(std::string("coordination service call failed: ") + error.what());
+      return InternalError(what_ + " failed: " + error.what());
     }
   }
 
  private:
   nb::object fn_;
+  const std::string what_;
 };
 
 struct PyCoordinator {
@@ -366,6 +370,36 @@ struct PySaveHandle {
   }
 };
 
+// A shard given as a callable fill(origin, shape) -> uint8 array of the
+// chunk's bytes: a source the writer threads call chunk by chunk
+// (ShardData::fill), so that conversions never hold the whole state.
+ShardData SourceShard(LeafBox shard, const std::string& part, nb::object fn) {
+  auto source = std::make_shared<PyFunction>(
+      std::move(fn), "the source of a shard of leaf #" + std::to_string(shard.leaf) +
+                         " of '" + part + "'");
+  const DType dtype = shard.dtype;
+  ShardData data{shard.leaf, dtype, std::move(shard.box), nullptr};
+  data.fill = [source, dtype](const Box& chunk, uint8_t* dst) -> Status {
+    nb::gil_scoped_acquire acquire;  // held until `produced` is dropped
+    SK_ASSIGN_OR_RETURN(nb::object produced, source->Call(chunk.origin, chunk.shape));
+    InputBytes bytes;
+    if (!nb::try_cast<InputBytes>(produced, bytes)) {
+      return InvalidArgumentError("a shard source returned a " +
+                                  nb::cast<std::string>(nb::str(produced.type().attr("__name__"))) +
+                                  ", not a 1-d uint8 array");
+    }
+    const uint64_t expected = chunk.NumElements() * DTypeSize(dtype);
+    if (bytes.size() != expected) {
+      return InvalidArgumentError("a shard source returned " + std::to_string(bytes.size()) +
+                                  " bytes for chunk " + chunk.ToString() + ", not " +
+                                  std::to_string(expected));
+    }
+    std::memcpy(dst, bytes.data(), expected);
+    return Status::Ok();
+  };
+  return data;
+}
+
 CheckpointablePayload ParsePart(nb::dict part, nb::list& borrowed) {
   CheckpointablePayload payload;
   payload.name = nb::cast<std::string>(part["name"]);
@@ -376,6 +410,10 @@ CheckpointablePayload ParsePart(nb::dict part, nb::list& borrowed) {
   for (nb::handle item : nb::cast<nb::list>(part["shards"])) {
     LeafBox shard = ParseLeafBox(item, "a shard");
     nb::object buffer = nb::cast<nb::tuple>(item)[4];
+    if (PyCallable_Check(buffer.ptr())) {
+      payload.shards.push_back(SourceShard(std::move(shard), payload.name, buffer));
+      continue;
+    }
     InputBytes bytes = nb::cast<InputBytes>(buffer);
     CheckBufferSize(bytes.size(), shard.box, shard.dtype, "shard data");
     borrowed.append(buffer);

@@ -5,6 +5,7 @@
     state = sk.load("/ckpt/1", abstract_state)
 """
 
+from .array_source import ArraySource
 from .checkpointables import JsonValue, register_kind
 from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionError,
                      IncompatibleError, InvalidArgumentError, NotFoundError,
@@ -20,7 +21,7 @@ from .save import (SaveFuture, save, save_async, save_checkpointables,
 from .staging_pool import release as release_staging_memory
 
 __all__ = [
-    "CheckpointManager", "CommitStateUnknownError", "OutOfSpaceError",
+    "ArraySource", "CheckpointManager", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from . import _core, dtypes, prng_keys, shardings, tree_codec
+from .array_source import ArraySource
 from .errors import InvalidArgumentError
 
 _INT64 = np.iinfo(np.int64)
@@ -96,12 +97,24 @@ def stage_pytree(tree: Any, replica_parallel: bool | None = None,
                 src.copy_to_host_async()
     shards, aliased = [], []
     for s, src in zip(plan.sources, sources):
+        if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
+            path = plan.leaf_metas[s.leaf_number]["path"]
+            shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
+                           functools.partial(_fill_from, path, src)))
+            continue
         if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
             aliased.append(len(shards))
         # (On accelerators the host array is a fresh copy nobody else writes.)
         shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
                        _host_bytes(src)))
     return plan.meta_json_for(values, registered_kind), shards, aliased
+
+
+def _fill_from(path: str, source: ArraySource, origin: list[int], shape: list[int]):
+    try:
+        return source.fill(origin, shape)
+    except Exception as e:  # the core reports it, failing the save
+        raise RuntimeError(f"reading leaf {path!r} at {tuple(origin)}: {e}") from e
 
 
 def _is_none(value) -> bool:
@@ -160,6 +173,8 @@ class _Plan:
 
 
 def _signature(value) -> tuple:
+    if isinstance(value, ArraySource):
+        return (type(value), value.shape, value.dtype)
     if isinstance(value, jax.Array):
         return (type(value), value.shape, value.dtype, value.sharding)
     if isinstance(value, (np.ndarray, np.generic)):
@@ -187,7 +202,9 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
         number = codec_number[index]
         meta, sources = _plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
         leaf_metas[number] = meta
-        on_host = not isinstance(value, jax.Array) or shardings.on_cpu(value.sharding)
+        # A source is read by the writer threads, never staged or copied.
+        on_host = isinstance(value, ArraySource) or not isinstance(value, jax.Array) or \
+            shardings.on_cpu(value.sharding)
         plan_sources.extend(_Source(index, number, meta["dtype"], list(origin), list(shape),
                                     get, on_host)
                             for (origin, shape), get in sources)
@@ -232,6 +249,12 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
         if prng_keys.is_key(value.dtype):
             return _plan_key_array(path, value, replica_parallel)
         return _plan_jax_array(path, value, replica_parallel)
+    if isinstance(value, ArraySource):
+        _check_dtype(path, value.dtype)
+        meta = {**base, "kind": "array", "dtype": dtypes.name_of(value.dtype),
+                "shape": list(value.shape)}
+        whole = ((0,) * len(value.shape), value.shape)
+        return meta, [(whole, _itself)] if jax.process_index() == 0 else []
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
         _check_dtype(path, arr.dtype)
