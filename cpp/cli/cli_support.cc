@@ -167,6 +167,11 @@ std::string IsoTime(int64_t ns) { return FormatUtc(ns, "%Y-%m-%dT%H:%M:%S", true
 
 std::string HumanDuration(double seconds) {
   if (seconds < 0) seconds = 0;
+  char text[32];
+  if (seconds < 1) {
+    std::snprintf(text, sizeof(text), "%.0fms", seconds * 1000);
+    return text;
+  }
   double value = seconds;
   const char* unit = "s";
   if (seconds >= 86400) {
@@ -177,7 +182,6 @@ std::string HumanDuration(double seconds) {
     value = seconds / 60, unit = "m";
   }
   // Whole numbers and large ones without decimals: "1h", "12m", "1.5h".
-  char text[32];
   const bool whole = value >= 10 || value == static_cast<double>(static_cast<int64_t>(value));
   std::snprintf(text, sizeof(text), whole ? "%.0f%s" : "%.1f%s", value, unit);
   return text;

@@ -59,7 +59,7 @@ std::string HumanBytes(uint64_t bytes);
 std::string HumanTime(int64_t ns);
 // ISO 8601 in UTC, "2026-12-01T21:30:04.123Z" (JSON output).
 std::string IsoTime(int64_t ns);
-// "45s", "12m", "3.5h", "2.0d".
+// "250ms", "45s", "12m", "1h", "3.5h", "2d".
 std::string HumanDuration(double seconds);
 
 // Prints `value` as indented JSON, and a newline, to stdout.

@@ -108,7 +108,8 @@ void AddGcCommand(CLI::App& app, int& exit_code) {
                    "removes every leftover: only when no save is writing under ROOT")
       ->transform(CLI::AsNumberWithUnit(units, CLI::AsNumberWithUnit::CASE_SENSITIVE,
                                         "DURATION"))
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("DURATION");
   command->add_flag("--dry-run", options->dry_run, "Report what would be removed; remove nothing");
   command->callback([&exit_code, options] { exit_code = Run(*options); });
 }

@@ -7,6 +7,7 @@
 #include "cli_support.h"
 #include "command.h"
 #include "root_survey.h"
+#include "shardkeep/checkpoint_root.h"
 
 namespace shardkeep::cli {
 namespace {
@@ -97,6 +98,12 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
   if (table.size() == 0) {
     std::cout << "no checkpoints under " << root << "\n";
     return;
+  }
+  for (const SurveyedEntry& s : entries) {
+    if (s.entry.name == "_SHARDKEEP") {
+      std::cout << root << " is itself a checkpoint: `shardkeep info " << root
+                << "` describes it\n\n";
+    }
   }
   table.Print();
   std::cout << "\n" << committed << " checkpoint" << (committed == 1 ? "" : "s") << ", "

@@ -126,6 +126,7 @@ def test_ls_lists_the_steps_of_a_manager_with_sizes_and_checkpointables(tmp_path
     text = run("ls", root).stdout
     assert "000000200" in text and "model:pytree, optimizer:pytree, config:json" in text
     assert "2 checkpoints" in text and "leftover" not in text
+    assert "is itself a checkpoint" in run("ls", root / "000000100").stdout
 
 
 def test_info_shows_the_tree_shardings_sizes_and_the_commit_record(tmp_path):
@@ -145,14 +146,21 @@ def test_info_shows_the_tree_shardings_sizes_and_the_commit_record(tmp_path):
 
     saved = sk.metadata(str(ckpt))  # the Python front's own view of the same tree
     leaves = _leaves(model_info)
-    assert len(leaves) == model_info["totals"]["leaves"] == len(saved["model"].leaves)
+    python_leaves = saved.checkpointables["model"].leaves
+    assert len(leaves) == model_info["totals"]["leaves"] == len(python_leaves)
+    for expected in python_leaves:
+        leaf = leaves[expected.path]
+        assert (leaf["kind"], leaf["dtype"], leaf["sharding"], leaf["prng_impl"]) == (
+            expected.kind, expected.dtype, expected.sharding, expected.prng_impl)
+        assert tuple(leaf["shape"]) == expected.shape
+        assert leaf["bytes"] == expected.bytes
     kernel = leaves["hidden/kernel/value"]
     assert kernel["kind"] == "array" and kernel["dtype"] == "float32"
     assert kernel["shape"] == [16, 32] and kernel["bytes"] == 16 * 32 * 4
     assert kernel["sharding"]["type"] == "named"
     assert kernel["sharding"]["spec"] == [None, "model"]
     assert kernel["sharding_text"] == "P(None, model) mesh(data=4, model=2)"
-    assert _leaves(info["checkpointables"][1])["model/out/kernel/value"]["sharding_text"] == \
+    assert _leaves(info["checkpointables"][1])["opt_state/0/mu/out/kernel/value"]["sharding_text"] == \
         "P(model, None) mesh(data=4, model=2)"
     key = next(leaf for path, leaf in leaves.items() if leaf["prng_impl"])
     assert key["dtype"] == "uint32" and key["prng_impl"] == "threefry2x32", key
@@ -242,8 +250,8 @@ _KILLED_SAVE = textwrap.dedent("""
     import shardkeep as sk
     root, name = sys.argv[1], sys.argv[2]
     s3 = root.startswith("s3://")
-    mgr = sk.CheckpointManager(root)
-    mgr.save(int(name), {"big": np.ones((48 << 20) // 4, np.float32)})
+    mgr = sk.CheckpointManager(root, options=sk.Options(chunk_bytes=256 << 10, io_threads=2))
+    mgr.save(int(name), {"state": {"big": np.ones((64 << 20) // 4, np.float32)}})
     if s3:
         import boto3
         bucket, _, prefix = root[len("s3://"):].partition("/")
@@ -284,7 +292,7 @@ def _age(path: pathlib.Path, seconds: float) -> None:
 def test_gc_removes_a_killed_save_but_never_a_checkpoint(tmp_path):
     root = tmp_path / "run"
     with sk.CheckpointManager(root) as mgr:
-        mgr.save(1, {"w": np.arange(8.0)})
+        mgr.save(1, {"state": {"w": np.arange(8.0)}})
     _kill_a_save(str(root), 2)
     leftover = root / "000000002.shardkeep-tmp"
     assert leftover.is_dir()
@@ -344,7 +352,7 @@ def test_gc_keeps_a_checkpoint_whose_record_it_cannot_read(tmp_path):
 def test_ls_info_gc_and_rm_on_s3(s3):
     root = s3.url("runs/7")
     with sk.CheckpointManager(root) as mgr:
-        mgr.save(10, {"w": jnp.arange(1024, dtype=jnp.float32)}, metrics={"acc": 0.5})
+        mgr.save(10, {"state": {"w": jnp.arange(1024, dtype=jnp.float32)}}, metrics={"acc": 0.5})
     _kill_a_save(root, 20)
     s3_keys = s3.keys("runs/7/000000010/")
     stored = sum(s3.client.head_object(Bucket=s3.name, Key=k)["ContentLength"] for k in s3_keys)
@@ -367,7 +375,8 @@ def test_ls_info_gc_and_rm_on_s3(s3):
     assert s3.keys("runs/7/000000020/")
     assert "removed 1 leftover" in run("gc", root, "--older-than", "0").stdout
     assert s3.keys("runs/7/000000020/") == []
-    assert [e["name"] for e in run_json("ls", root)["entries"]] == ["000000010"]
+    after = run_json("ls", root)["entries"]
+    assert [e["name"] for e in after] == ["000000010"], after
 
     run("rm", root, expect=PROBLEMS)
     run("rm", f"{root}/000000010")
