@@ -187,9 +187,9 @@ std::string HumanDuration(double seconds) {
   return text;
 }
 
-void PrintJson(const nlohmann::json& value) {
+void PrintJson(const nlohmann::ordered_json& value) {
   // Invalid UTF-8 in names or metadata is replaced, never a thrown error.
-  std::cout << value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  std::cout << value.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
 void PrintError(const std::string& command, const std::string& what, const Status& status) {

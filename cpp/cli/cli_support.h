@@ -63,7 +63,7 @@ std::string IsoTime(int64_t ns);
 std::string HumanDuration(double seconds);
 
 // Prints `value` as indented JSON, and a newline, to stdout.
-void PrintJson(const nlohmann::json& value);
+void PrintJson(const nlohmann::ordered_json& value);
 
 // Prints "shardkeep <command>: <what>: <status>" to stderr.
 void PrintError(const std::string& command, const std::string& what, const Status& status);

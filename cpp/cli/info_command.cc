@@ -14,7 +14,7 @@
 namespace shardkeep::cli {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Raw bytes over stored bytes; null when nothing is stored.
 json Ratio(uint64_t raw, uint64_t stored) {
@@ -111,10 +111,7 @@ int Run(const std::string& url, const std::string& only, bool as_json) {
   Result<std::unique_ptr<CheckpointReader>> opened =
       CheckpointReader::Open(location->storage, location->path);
   if (!opened.ok()) {
-    PrintError("info", url,
-               opened.status().code() == StatusCode::kNotFound
-                   ? opened.status().WithContext("not a committed checkpoint")
-                   : opened.status());
+    PrintError("info", url, opened.status());
     return kFailed;
   }
   CheckpointReader& reader = **opened;
@@ -208,11 +205,11 @@ void AddInfoCommand(CLI::App& app, int& exit_code) {
               "and its trees: leaves with dtype, shape, saved sharding, size and compression");
   auto url = std::make_shared<std::string>();
   auto only = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
+  auto as_json = std::make_shared<bool>(false);
   command->add_option("CKPT", *url, "The checkpoint: a path or s3://bucket/prefix")->required();
   command->add_option("--checkpointable", *only, "Show only this checkpointable");
-  command->add_flag("--json", *json, "Machine-readable output (fields in docs/CLI.md)");
-  command->callback([&exit_code, url, only, json] { exit_code = Run(*url, *only, *json); });
+  command->add_flag("--json", *as_json, "Machine-readable output (fields in docs/CLI.md)");
+  command->callback([&exit_code, url, only, as_json] { exit_code = Run(*url, *only, *as_json); });
 }
 
 }  // namespace shardkeep::cli

@@ -12,6 +12,8 @@
 namespace shardkeep::cli {
 namespace {
 
+using json = nlohmann::ordered_json;
+
 // What a leftover is, for the listing's last column.
 std::string Describe(const SurveyedEntry& s) {
   switch (s.entry.state) {
@@ -26,8 +28,8 @@ std::string Describe(const SurveyedEntry& s) {
   return "";
 }
 
-nlohmann::json EntryJson(const SurveyedEntry& s) {
-  nlohmann::json j;
+json EntryJson(const SurveyedEntry& s) {
+  json j;
   j["name"] = s.entry.name;
   j["url"] = s.url;
   j["state"] = EntryStateName(s.entry.state);
@@ -44,14 +46,14 @@ nlohmann::json EntryJson(const SurveyedEntry& s) {
     j["committed_ns"] = s.info->committed_ns;
     j["committed"] = IsoTime(s.info->committed_ns);
     j["process_count"] = s.info->process_count;
-    j["checkpointables"] = nlohmann::json::array();
+    j["checkpointables"] = json::array();
     for (const CheckpointableInfo& c : s.info->checkpointables) {
       j["checkpointables"].push_back({{"name", c.name}, {"kind", c.kind}});
     }
   }
-  j["bytes"] = s.usage ? nlohmann::json(s.usage->bytes) : nlohmann::json(nullptr);
-  j["files"] = s.usage ? nlohmann::json(s.usage->files) : nlohmann::json(nullptr);
-  j["modified_ns"] = s.modified_ns ? nlohmann::json(*s.modified_ns) : nlohmann::json(nullptr);
+  j["bytes"] = s.usage ? json(s.usage->bytes) : json(nullptr);
+  j["files"] = s.usage ? json(s.usage->files) : json(nullptr);
+  j["modified_ns"] = s.modified_ns ? json(*s.modified_ns) : json(nullptr);
   if (!s.entry.problem.ok()) {
     j["problem"] = s.entry.problem.ToString();
   } else if (!s.problem.ok()) {
@@ -116,7 +118,7 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
   std::cout << "\n";
 }
 
-int Run(const std::string& url, bool json) {
+int Run(const std::string& url, bool as_json) {
   Result<Location> root = OpenLocation(url);
   if (!root.ok()) {
     PrintError("ls", url, root.status());
@@ -143,10 +145,10 @@ int Run(const std::string& url, bool json) {
       exit_code = kFailed;
     }
   }
-  if (json) {
-    nlohmann::json out;
+  if (as_json) {
+    json out;
     out["root"] = root->url;
-    out["entries"] = nlohmann::json::array();
+    out["entries"] = json::array();
     for (const SurveyedEntry& s : *entries) out["entries"].push_back(EntryJson(s));
     PrintJson(out);
   } else {
@@ -162,11 +164,11 @@ void AddLsCommand(CLI::App& app, int& exit_code) {
       "ls", "List the checkpoints under a root folder (step, commit time, size, processes, "
             "checkpointables) and flag the leftovers of failed saves");
   auto url = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
+  auto as_json = std::make_shared<bool>(false);
   command->add_option("ROOT", *url, "Folder holding checkpoints: a path or s3://bucket/prefix")
       ->required();
-  command->add_flag("--json", *json, "Machine-readable output (fields in docs/CLI.md)");
-  command->callback([&exit_code, url, json] { exit_code = Run(*url, *json); });
+  command->add_flag("--json", *as_json, "Machine-readable output (fields in docs/CLI.md)");
+  command->callback([&exit_code, url, as_json] { exit_code = Run(*url, *as_json); });
 }
 
 }  // namespace shardkeep::cli

@@ -50,7 +50,9 @@ std::string ShardingText(const std::string& sharding_json) {
   if (d.is_discarded()) return sharding_json;
   if (d.is_null()) return "-";
   if (d.is_object()) {
-    const std::string type = d.value("type", json()).is_string() ? d["type"].get<std::string>() : "";
+    const auto found = d.find("type");
+    const std::string type =
+        found != d.end() && found->is_string() ? found->get<std::string>() : "";
     if (type == "named") {
       std::string text = NamedText(d);
       if (!text.empty()) return text;

@@ -204,7 +204,7 @@ def test_info_shows_scalars_strings_custom_metadata_and_a_single_device_sharding
 def test_info_of_a_folder_without_a_checkpoint_fails_naming_it(tmp_path):
     (tmp_path / "junk").mkdir()
     proc = run("info", tmp_path / "junk", expect=FAILED)
-    assert str(tmp_path / "junk") in proc.stderr and "not a committed checkpoint" in proc.stderr
+    assert str(tmp_path / "junk") in proc.stderr and "no committed checkpoint" in proc.stderr
     run("ls", tmp_path / "missing", expect=FAILED)
 
 
