@@ -121,6 +121,7 @@ class Reader final : public CheckpointReader {
     SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
     const format::CheckpointableMeta& meta = part->meta;
     PytreeInfo info;
+    info.registered_kind = meta.registered_kind;
     info.tree_json = meta.tree.dump();
     info.leaves.reserve(meta.leaves.size());
     info.stored_bytes.assign(meta.leaves.size(), 0);
