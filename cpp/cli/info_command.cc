@@ -157,7 +157,7 @@ int Run(const std::string& url, const std::string& only, bool as_json) {
 
   int exit_code = kOk;
   for (const CheckpointableInfo& c : chosen) {
-    json cj{{"name", c.name}, {"kind", c.kind}};
+    json cj{{"name", c.name}, {"kind", c.kind}, {"bytes", nullptr}};
     if (c.kind == "pytree") {
       Result<PytreeInfo> tree = reader.Pytree(c.name);
       if (!tree.ok()) {
