@@ -165,6 +165,16 @@ Status RemoveLeftover(Storage& storage, const std::string& path) {
   for (const std::string& name : *names) {
     SK_RETURN_IF_ERROR(storage.DeleteRecursive(Join(path, name)).WithContext(context));
   }
+  // The folder itself, now empty: a file system keeps empty directories,
+  // and so do object stores that keep folder entries (SeaweedFS), whose
+  // listings would still show the name. Only when nothing new appeared
+  // below it meanwhile.
+  Result<std::vector<std::string>> left = storage.List(path);
+  if (left.status().code() == StatusCode::kNotFound || (left.ok() && left->empty())) {
+    SK_RETURN_IF_ERROR(storage.DeleteRecursive(path).WithContext(context));
+  } else {
+    SK_RETURN_IF_ERROR(left.status().WithContext(context));
+  }
   return Status::Ok();
 }
 

@@ -124,6 +124,16 @@ TEST_P(CheckpointRootTest, RemoveLeftoverOnlyRemovesLeftovers) {
   EXPECT_TRUE(Exists("0001"));
 }
 
+// A folder holding only generation folders is removed whole: not left
+// behind empty, where a listing would still show it.
+TEST_P(CheckpointRootTest, RemoveLeftoverOfGenerationsLeavesNoEmptyFolder) {
+  const std::string generation = root_ + "/0005/.shardkeep-g0123456789abcdef/state";
+  SK_ASSERT_OK(storage_->CreateDir(generation));
+  SK_ASSERT_OK(storage_->WriteAll(generation + "/meta.json", "{}", false));
+  SK_ASSERT_OK(RemoveLeftover(*storage_, root_ + "/0005"));
+  EXPECT_FALSE(Exists("0005"));
+}
+
 TEST_P(CheckpointRootTest, AnUnreadableRecordFailsTheListingNamingIt) {
   Commit("0001", Record(1));
   auto faulty = std::make_shared<FaultInjectionStorage>(storage_);

@@ -1,0 +1,174 @@
+// `shardkeep ls ROOT [--json]`: the checkpoints under a root, and the
+// leftovers of failed saves beside them.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli_support.h"
+#include "command.h"
+#include "root_survey.h"
+#include "shardkeep/checkpoint_root.h"
+
+namespace shardkeep::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// What a leftover is, for the listing's last column.
+std::string Describe(const SurveyedEntry& s) {
+  switch (s.entry.state) {
+    case EntryState::kTemporary: return "a save that failed, or one still writing";
+    case EntryState::kReplaced: return "the replaced checkpoint of a cut-short forced save";
+    case EntryState::kBeingDeleted: return "a deletion cut short";
+    case EntryState::kUnfinished: return "saves that never committed (or one still writing)";
+    case EntryState::kRejected: return s.entry.problem.ToString();
+    case EntryState::kOther: return "not a checkpoint";
+    case EntryState::kCommitted: break;
+  }
+  return "";
+}
+
+json EntryJson(const SurveyedEntry& s) {
+  json j;
+  j["name"] = s.entry.name;
+  j["url"] = s.url;
+  j["state"] = EntryStateName(s.entry.state);
+  j["leftover"] = IsLeftover(s.entry.state);
+  j["step"] = nullptr;
+  j["created_ns"] = nullptr;
+  j["committed_ns"] = nullptr;
+  j["committed"] = nullptr;
+  j["process_count"] = nullptr;
+  j["checkpointables"] = nullptr;
+  if (s.info) {
+    if (s.info->step) j["step"] = *s.info->step;
+    j["created_ns"] = s.info->created_ns;
+    j["committed_ns"] = s.info->committed_ns;
+    j["committed"] = IsoTime(s.info->committed_ns);
+    j["process_count"] = s.info->process_count;
+    j["checkpointables"] = json::array();
+    for (const CheckpointableInfo& c : s.info->checkpointables) {
+      j["checkpointables"].push_back({{"name", c.name}, {"kind", c.kind}});
+    }
+  }
+  j["bytes"] = s.usage ? json(s.usage->bytes) : json(nullptr);
+  j["files"] = s.usage ? json(s.usage->files) : json(nullptr);
+  j["modified_ns"] = s.modified_ns ? json(*s.modified_ns) : json(nullptr);
+  if (!s.entry.problem.ok()) {
+    j["problem"] = s.entry.problem.ToString();
+  } else if (!s.problem.ok()) {
+    j["problem"] = s.problem.ToString();
+  } else {
+    j["problem"] = nullptr;
+  }
+  return j;
+}
+
+std::string Checkpointables(const CheckpointInfo& info) {
+  std::string text;
+  for (const CheckpointableInfo& c : info.checkpointables) {
+    if (!text.empty()) text += ", ";
+    text += c.name + ":" + c.kind;
+  }
+  return text.empty() ? "-" : text;
+}
+
+void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entries) {
+  Table table({"NAME", "STATE", "STEP", "COMMITTED", "SIZE", "PROCS", "CHECKPOINTABLES"});
+  uint64_t committed = 0, committed_bytes = 0, leftovers = 0, leftover_bytes = 0;
+  const int64_t now = NowNs();
+  for (const SurveyedEntry& s : entries) {
+    const std::string size = s.usage ? HumanBytes(s.usage->bytes) : "-";
+    if (s.info) {
+      ++committed;
+      committed_bytes += s.usage ? s.usage->bytes : 0;
+      table.Add({s.entry.name, "committed", s.info->step ? std::to_string(*s.info->step) : "-",
+                 HumanTime(s.info->committed_ns), size, std::to_string(s.info->process_count),
+                 Checkpointables(*s.info)});
+      continue;
+    }
+    std::string note = Describe(s);
+    if (IsLeftover(s.entry.state)) {
+      ++leftovers;
+      leftover_bytes += s.usage ? s.usage->bytes : 0;
+      if (s.modified_ns) {
+        note += "; last written " + HumanDuration((now - *s.modified_ns) / 1e9) + " ago";
+      }
+    }
+    table.Add({s.entry.name, EntryStateName(s.entry.state), "-", "-", size, "-", note});
+  }
+  if (table.size() == 0) {
+    std::cout << "no checkpoints under " << root << "\n";
+    return;
+  }
+  for (const SurveyedEntry& s : entries) {
+    if (s.entry.name == "_SHARDKEEP") {
+      std::cout << root << " is itself a checkpoint: `shardkeep info " << root
+                << "` describes it\n\n";
+    }
+  }
+  table.Print();
+  std::cout << "\n" << committed << " checkpoint" << (committed == 1 ? "" : "s") << ", "
+            << HumanBytes(committed_bytes);
+  if (leftovers > 0) {
+    std::cout << "; " << leftovers << " leftover" << (leftovers == 1 ? "" : "s")
+              << " of failed saves, " << HumanBytes(leftover_bytes)
+              << " (`shardkeep gc` removes them)";
+  }
+  std::cout << "\n";
+}
+
+int Run(const std::string& url, bool as_json) {
+  Result<Location> root = OpenLocation(url);
+  if (!root.ok()) {
+    PrintError("ls", url, root.status());
+    return kFailed;
+  }
+  if (root->local) {
+    // An object store has no empty folders, so there a missing root simply
+    // holds nothing; on a file system it is most likely a typo.
+    Result<bool> exists = root->storage->Exists(root->path);
+    if (!exists.ok() || !*exists) {
+      PrintError("ls", url, exists.ok() ? NotFoundError("no such folder") : exists.status());
+      return kFailed;
+    }
+  }
+  Result<std::vector<SurveyedEntry>> entries = SurveyRoot(*root);
+  if (!entries.ok()) {
+    PrintError("ls", url, entries.status());
+    return kFailed;
+  }
+  int exit_code = kOk;
+  for (const SurveyedEntry& s : *entries) {
+    if (!s.problem.ok()) {
+      PrintError("ls", s.url, s.problem);
+      exit_code = kFailed;
+    }
+  }
+  if (as_json) {
+    json out;
+    out["root"] = root->url;
+    out["entries"] = json::array();
+    for (const SurveyedEntry& s : *entries) out["entries"].push_back(EntryJson(s));
+    PrintJson(out);
+  } else {
+    PrintText(root->url, *entries);
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+void AddLsCommand(CLI::App& app, int& exit_code) {
+  CLI::App* command = app.add_subcommand(
+      "ls", "List the checkpoints under a root folder (step, commit time, size, processes, "
+            "checkpointables) and flag the leftovers of failed saves");
+  auto url = std::make_shared<std::string>();
+  auto as_json = std::make_shared<bool>(false);
+  command->add_option("ROOT", *url, "Folder holding checkpoints: a path or s3://bucket/prefix")
+      ->required();
+  command->add_flag("--json", *as_json, "Machine-readable output (fields in docs/CLI.md)");
+  command->callback([&exit_code, url, as_json] { exit_code = Run(*url, *as_json); });
+}
+
+}  // namespace shardkeep::cli
