@@ -22,6 +22,7 @@
 #include "command.h"
 #include "progress.h"
 #include "shardkeep/checkpoint.h"
+#include "shardkeep/safetensors.h"
 
 namespace shardkeep::cli {
 namespace {
@@ -40,34 +41,6 @@ struct ExportArgs {
   bool skip_unsupported = false;
   bool force = false;
 };
-
-// safetensors' name of a dtype, or nullopt when it has none: 4-bit types
-// (safetensors packs two per byte where shardkeep stores one), complex128
-// and the float8 variants it lacks.
-std::optional<std::string> SafetensorsDType(DType dtype) {
-  switch (dtype) {
-    case DType::kBool: return "BOOL";
-    case DType::kUInt8: return "U8";
-    case DType::kInt8: return "I8";
-    case DType::kUInt16: return "U16";
-    case DType::kInt16: return "I16";
-    case DType::kUInt32: return "U32";
-    case DType::kInt32: return "I32";
-    case DType::kUInt64: return "U64";
-    case DType::kInt64: return "I64";
-    case DType::kFloat16: return "F16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kFloat32: return "F32";
-    case DType::kFloat64: return "F64";
-    case DType::kComplex64: return "C64";
-    case DType::kFloat8E4M3FN: return "F8_E4M3";
-    case DType::kFloat8E5M2: return "F8_E5M2";
-    case DType::kFloat8E4M3FNUZ: return "F8_E4M3FNUZ";
-    case DType::kFloat8E5M2FNUZ: return "F8_E5M2FNUZ";
-    case DType::kFloat8E8M0FNU: return "F8_E8M0";
-    default: return std::nullopt;
-  }
-}
 
 // "5GB" (10^9), "512MiB" (2^20), "1000" (bytes); nullopt when malformed.
 std::optional<uint64_t> ParseSize(const std::string& text) {
@@ -92,7 +65,6 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
 struct Tensor {
   const LeafInfo* leaf;
   std::string name;
-  std::string dtype;  // safetensors' name
   uint64_t bytes;
 };
 
@@ -118,7 +90,7 @@ Result<std::vector<Tensor>> ChooseTensors(const PytreeInfo& tree, const std::str
                         ", not an array");
       continue;
     }
-    std::optional<std::string> dtype = SafetensorsDType(*leaf.dtype);
+    std::optional<std::string_view> dtype = SafetensorsDTypeName(*leaf.dtype);
     if (!dtype) {
       const std::string what = "leaf " + shown + ": dtype " +
                                std::string(DTypeName(*leaf.dtype)) +
@@ -134,7 +106,7 @@ Result<std::vector<Tensor>> ChooseTensors(const PytreeInfo& tree, const std::str
                                   "' would both be tensor '" + name +
                                   "' (a key holds a '.'); nothing was written");
     }
-    tensors.push_back({&leaf, name, *dtype, leaf.nbytes()});
+    tensors.push_back({&leaf, name, leaf.nbytes()});
   }
   if (!unsupported.empty()) {
     std::string list;
@@ -164,24 +136,16 @@ std::vector<OutputFile> Pack(const std::vector<Tensor>& tensors, uint64_t max_by
   return files;
 }
 
-// The header: length, JSON padded with spaces to a multiple of 8 bytes.
+// The file's header, by the core's safetensors codec (the reader's own).
 std::string Header(const OutputFile& file, const CheckpointInfo& info) {
-  nlohmann::ordered_json header;
-  nlohmann::ordered_json metadata = {{"format", "pt"}};
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (info.step) metadata["shardkeep_step"] = std::to_string(*info.step);
-  header["__metadata__"] = metadata;
-  uint64_t offset = 0;
+  std::vector<SafetensorsTensor> tensors;
   for (const Tensor* tensor : file.tensors) {
-    header[tensor->name] = {{"dtype", tensor->dtype},
-                            {"shape", tensor->leaf->shape},
-                            {"data_offsets", {offset, offset + tensor->bytes}}};
-    offset += tensor->bytes;
+    tensors.push_back({tensor->name, *tensor->leaf->dtype, tensor->leaf->shape, 0,
+                       tensor->bytes});
   }
-  std::string json = header.dump();
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
-  return out + json;
+  return EncodeSafetensorsHeader(tensors, metadata);
 }
 
 // Calls `block` with boxes of whole rows of `shape` in row-major order,
