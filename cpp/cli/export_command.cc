@@ -4,12 +4,9 @@
 // Face's convention) when they exceed --max-file-size. Each leaf is read in
 // blocks of whole rows (CheckpointReader::Read) and appended, so memory
 // stays bounded whatever the model's size. docs/CLI.md gives the naming
-// and dtype rules.
-//
-// A safetensors file: an 8-byte little-endian header length, a JSON header
-// {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
-// {...}} (padded with spaces to a multiple of 8 bytes), then the tensors'
-// bytes back to back, row-major, little-endian.
+// and dtype rules. The headers and dtype names come from the format
+// layer's safetensors encoder (format/safetensors.h), which also decodes
+// them when shardkeep loads safetensors files, so an export always loads.
 #include <algorithm>
 #include <chrono>
 #include <cctype>
@@ -20,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "format/safetensors.h"
 #include "progress.h"
 #include "shardkeep/checkpoint.h"
 
@@ -40,34 +38,6 @@ struct ExportArgs {
   bool skip_unsupported = false;
   bool force = false;
 };
-
-// safetensors' name of a dtype, or nullopt when it has none: 4-bit types
-// (safetensors packs two per byte where shardkeep stores one), complex128
-// and the float8 variants it lacks.
-std::optional<std::string> SafetensorsDType(DType dtype) {
-  switch (dtype) {
-    case DType::kBool: return "BOOL";
-    case DType::kUInt8: return "U8";
-    case DType::kInt8: return "I8";
-    case DType::kUInt16: return "U16";
-    case DType::kInt16: return "I16";
-    case DType::kUInt32: return "U32";
-    case DType::kInt32: return "I32";
-    case DType::kUInt64: return "U64";
-    case DType::kInt64: return "I64";
-    case DType::kFloat16: return "F16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kFloat32: return "F32";
-    case DType::kFloat64: return "F64";
-    case DType::kComplex64: return "C64";
-    case DType::kFloat8E4M3FN: return "F8_E4M3";
-    case DType::kFloat8E5M2: return "F8_E5M2";
-    case DType::kFloat8E4M3FNUZ: return "F8_E4M3FNUZ";
-    case DType::kFloat8E5M2FNUZ: return "F8_E5M2FNUZ";
-    case DType::kFloat8E8M0FNU: return "F8_E8M0";
-    default: return std::nullopt;
-  }
-}
 
 // "5GB" (10^9), "512MiB" (2^20), "1000" (bytes); nullopt when malformed.
 std::optional<uint64_t> ParseSize(const std::string& text) {
@@ -92,7 +62,6 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
 struct Tensor {
   const LeafInfo* leaf;
   std::string name;
-  std::string dtype;  // safetensors' name
   uint64_t bytes;
 };
 
@@ -118,8 +87,7 @@ Result<std::vector<Tensor>> ChooseTensors(const PytreeInfo& tree, const std::str
                         ", not an array");
       continue;
     }
-    std::optional<std::string> dtype = SafetensorsDType(*leaf.dtype);
-    if (!dtype) {
+    if (!format::SafetensorsDTypeName(*leaf.dtype)) {
       const std::string what = "leaf " + shown + ": dtype " +
                                std::string(DTypeName(*leaf.dtype)) +
                                " has no safetensors equivalent";
@@ -134,7 +102,7 @@ Result<std::vector<Tensor>> ChooseTensors(const PytreeInfo& tree, const std::str
                                   "' would both be tensor '" + name +
                                   "' (a key holds a '.'); nothing was written");
     }
-    tensors.push_back({&leaf, name, *dtype, leaf.nbytes()});
+    tensors.push_back({&leaf, name, leaf.nbytes()});
   }
   if (!unsupported.empty()) {
     std::string list;
@@ -164,24 +132,16 @@ std::vector<OutputFile> Pack(const std::vector<Tensor>& tensors, uint64_t max_by
   return files;
 }
 
-// The header: length, JSON padded with spaces to a multiple of 8 bytes.
+// The header: its length, then the JSON, padded to a multiple of 8 bytes.
 std::string Header(const OutputFile& file, const CheckpointInfo& info) {
-  nlohmann::ordered_json header;
-  nlohmann::ordered_json metadata = {{"format", "pt"}};
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (info.step) metadata["shardkeep_step"] = std::to_string(*info.step);
-  header["__metadata__"] = metadata;
-  uint64_t offset = 0;
+  std::vector<format::SafetensorsTensor> tensors;
   for (const Tensor* tensor : file.tensors) {
-    header[tensor->name] = {{"dtype", tensor->dtype},
-                            {"shape", tensor->leaf->shape},
-                            {"data_offsets", {offset, offset + tensor->bytes}}};
-    offset += tensor->bytes;
+    tensors.push_back({tensor->name, *tensor->leaf->dtype, tensor->leaf->shape, 0,
+                       tensor->bytes});
   }
-  std::string json = header.dump();
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
-  return out + json;
+  return format::EncodeSafetensorsHeader(tensors, metadata);
 }
 
 // Calls `block` with boxes of whole rows of `shape` in row-major order,
