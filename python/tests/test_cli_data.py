@@ -282,6 +282,9 @@ def test_export_is_read_back_bit_exactly_by_safetensors_and_numpy(ckpt, tmp_path
     assert dtypes["params.dense.kernel"] == "BF16"
     assert dtypes["fp8.0"] == "F8_E4M3" and dtypes["fp8.1"] == "F8_E5M2"
     # numpy's loader in the package reads the dtypes numpy has.
+    loaded = sk.load_safetensors(str(out))
+    assert_same_bits(loaded["params"]["dense"]["kernel"], expected["params.dense.kernel"])
+    assert_same_bits(loaded["fp8"]["0"], expected["fp8.0"])
     with safetensors.safe_open(str(out / "model.safetensors"), framework="np") as f:
         assert sorted(f.keys()) == sorted(expected)
         for name in ("params.dense.bias", "ints.i32", "ints.i64", "mask", "scalar0d"):
@@ -308,6 +311,10 @@ def test_export_splits_large_models_with_a_hugging_face_index(ckpt, tmp_path):
         seen[name] = tensors[name]
     for name, array in tree.items():
         assert_same_bits(seen[name], array)
+    # shardkeep's own safetensors loader reads the export back too.
+    loaded = sk.load_safetensors(str(out / "model.safetensors.index.json"))
+    for name, array in tree.items():
+        assert_same_bits(loaded[name], array)
 
     # A second export into the same folder is refused, then forced.
     again = run("export", ckpt, str(out), "--format", "safetensors")
