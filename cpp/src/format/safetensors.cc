@@ -24,7 +24,8 @@ constexpr std::pair<DType, std::string_view> kNames[] = {
     {DType::kBFloat16, "BF16"},   {DType::kFloat32, "F32"},
     {DType::kFloat64, "F64"},     {DType::kComplex64, "C64"},
     {DType::kFloat8E5M2, "F8_E5M2"}, {DType::kFloat8E4M3FN, "F8_E4M3"},
-    {DType::kFloat8E8M0FNU, "F8_E8M0"},
+    {DType::kFloat8E8M0FNU, "F8_E8M0"}, {DType::kFloat8E4M3FNUZ, "F8_E4M3FNUZ"},
+    {DType::kFloat8E5M2FNUZ, "F8_E5M2FNUZ"},
 };
 
 uint64_t LoadLittleEndian64(const char* p) {

@@ -92,6 +92,9 @@ TEST(Safetensors, DTypeNames) {
   EXPECT_EQ(SafetensorsDTypeName(DType::kBFloat16), "BF16");
   EXPECT_EQ(SafetensorsDTypeName(DType::kFloat8E5M2), "F8_E5M2");
   EXPECT_EQ(SafetensorsDTypeName(DType::kInt4), std::nullopt);
+  // The safetensors library (0.8) knows the fnuz float8 variants too.
+  EXPECT_EQ(SafetensorsDTypeName(DType::kFloat8E4M3FNUZ), "F8_E4M3FNUZ");
+  EXPECT_EQ(DTypeFromSafetensorsName("F8_E5M2FNUZ"), DType::kFloat8E5M2FNUZ);
   EXPECT_EQ(DTypeFromSafetensorsName("F8_E4M3"), DType::kFloat8E4M3FN);
   EXPECT_EQ(DTypeFromSafetensorsName("F4"), std::nullopt);
 }
