@@ -15,9 +15,11 @@ import os
 from typing import Any, Callable, Mapping
 
 import jax
+import numpy as np
 
-from . import _core, restore, tree_codec
+from . import _core, dtypes, restore, tree_codec
 from . import options as options_lib
+from .array_source import ArraySource
 from .errors import IncompatibleError, InvalidArgumentError
 from .gc_pause import gc_paused
 
@@ -123,3 +125,30 @@ def _nested_dicts(path: str, names: list[str]) -> dict:
         return {"type": "dict", "keys": keys, "children": [encode(node[k]) for k in keys]}
 
     return encode(root)
+
+
+def safetensors_sources(path, *, options: options_lib.Options | None = None) -> Any:
+    """The tensors of safetensors files as a tree of ``ArraySource`` leaves
+    (nested dicts by the names' ``"."`` parts, as ``load_safetensors``
+    without a target gives them): saving it converts the files to a
+    shardkeep checkpoint chunk by chunk, never holding the model."""
+    path = os.fspath(path)
+    core_options = options_lib.resolve(options).to_core()
+    reader = _core.open_safetensors(path, core_options)
+    meta = reader.meta(_TENSORS)
+    names = [tree_codec.unescape(leaf["path"]) for leaf in meta["leaves"]]
+    sources = [_source_of(reader, number, leaf, core_options)
+               for number, leaf in enumerate(meta["leaves"])]
+    return tree_codec.rebuild(_nested_dicts(path, names), sources)
+
+
+def _source_of(reader, number: int, leaf: dict, core_options) -> ArraySource:
+    dtype = dtypes.from_name(leaf["dtype"])
+
+    def read(origin, shape):
+        out = np.empty(shape, dtype)
+        reader.read(_TENSORS, [(number, leaf["dtype"], list(origin), list(shape),
+                                dtypes.as_bytes(out))], core_options)
+        return out
+
+    return ArraySource(tuple(leaf["shape"]), dtype, read)

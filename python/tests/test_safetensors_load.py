@@ -168,3 +168,16 @@ def test_on_s3(s3, tmp_path):
                                  options=options)
     for name, value in tensors.items():
         assert_same_bits(np.asarray(leaf_at(loaded, name)), value)
+
+
+def test_sources_convert_the_files_chunk_by_chunk(tmp_path):
+    from shardkeep.safetensors_load import safetensors_sources
+    tensors = model_tensors()
+    tensors["model.big"] = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)
+    index = write_sharded(tmp_path, tensors, files=2)
+    sources = safetensors_sources(index)
+    assert isinstance(sources["model"]["big"], sk.ArraySource)
+    sk.save(tmp_path / "converted", sources, options=sk.Options(chunk_bytes=64 << 10))
+    loaded = sk.load(tmp_path / "converted")
+    for name, value in tensors.items():
+        assert_same_bits(leaf_at(loaded, name), value)
