@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
 #include "engine/byte_limiter.h"
 #include "engine/chunk_checks.h"
@@ -170,7 +171,8 @@ class Reader final : public CheckpointReader {
     out.reserve(requests.size());
     for (const ReadRequest& request : requests) {
       std::map<const StoredChunk*, ChunkRead> reads;
-      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads));
+      Slabs slabs;
+      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads, slabs));
       const StoredChunk* chunk = reads.size() == 1 ? reads.begin()->first : nullptr;
       if (chunk == nullptr || chunk->record.box != request.box ||
           chunk->record.codec != format::Codec::kRaw ||
@@ -200,8 +202,9 @@ class Reader final : public CheckpointReader {
               const Options& options) override {
     SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
     std::map<const StoredChunk*, ChunkRead> reads;
+    Slabs slabs;
     for (const ReadRequest& request : requests) {
-      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads));
+      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads, slabs));
     }
     const StorageFeatures features = storage_->features();
     std::vector<RangeRead> ranges =
@@ -323,9 +326,38 @@ class Reader final : public CheckpointReader {
     return *(open_[name] = std::move(part));
   }
 
+  // Slabs of chunks (SlabOf), kept for one Read or Locate call.
+  using Slabs = std::map<std::tuple<const StoredChunk*, uint64_t, uint64_t>, StoredChunk>;
+
+  // A safetensors tensor is one chunk as large as the tensor, without a
+  // checksum to verify, so a box of it need not be read whole: it is read
+  // as the slab of whole leading-dimension rows that holds `region`, a
+  // contiguous byte range (all of it for the row blocks of FSDP). Chunks
+  // with checksums are read whole, as their checksum covers them whole.
+  const StoredChunk* SlabOf(const StoredChunk& chunk, const Box& region, DType stored,
+                            Slabs& slabs) const {
+    const Box& box = chunk.record.box;
+    if (external_files_.empty() || box.rank() == 0 || region.shape[0] == box.shape[0]) {
+      return &chunk;
+    }
+    const uint64_t first_row = region.origin[0] - box.origin[0];
+    auto [it, fresh] = slabs.try_emplace({&chunk, first_row, region.shape[0]});
+    if (fresh) {
+      // region is non-empty, so box.shape[0] > 0; the sizes fit (the
+      // header decoder checked the tensor's bytes against its shape).
+      const uint64_t row_bytes = box.NumElements() / box.shape[0] * DTypeSize(stored);
+      StoredChunk& slab = it->second = chunk;
+      slab.record.box.origin[0] += first_row;
+      slab.record.box.shape[0] = region.shape[0];
+      slab.record.offset += first_row * row_bytes;
+      slab.record.stored_length = slab.record.raw_length = region.shape[0] * row_bytes;
+    }
+    return &it->second;
+  }
+
   Status Plan(const std::string& name, OpenCheckpointable& part,
               const ReadRequest& request, const Options& options,
-              std::map<const StoredChunk*, ChunkRead>& reads) {
+              std::map<const StoredChunk*, ChunkRead>& reads, Slabs& slabs) {
     if (request.leaf >= part.meta.leaves.size()) {
       return InvalidArgumentError("checkpointable '" + name + "' has no leaf #" +
                                   std::to_string(request.leaf));
@@ -345,9 +377,10 @@ class Reader final : public CheckpointReader {
                                            options.allow_lossy_cast)
                            .WithContext(where));
     // Open() proved the chunks tile the leaf, so they cover the box.
-    for (const StoredChunk& chunk : part.chunks_by_leaf[request.leaf]) {
-      std::optional<Box> region = Intersect(chunk.record.box, request.box);
+    for (const StoredChunk& stored_chunk : part.chunks_by_leaf[request.leaf]) {
+      std::optional<Box> region = Intersect(stored_chunk.record.box, request.box);
       if (!region) continue;
+      const StoredChunk& chunk = *SlabOf(stored_chunk, *region, stored, slabs);
       ChunkRead& read = reads[&chunk];
       read.chunk = &chunk;
       const bool whole_chunk = *region == chunk.record.box;

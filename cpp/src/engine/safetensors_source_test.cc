@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "shardkeep/safetensors.h"
 #include "shardkeep/checkpoint.h"
 #include "testing/status_matchers.h"
@@ -63,6 +65,74 @@ TEST_F(SafetensorsIndexTest, AnIndexJoinsItsFiles) {
   SK_ASSERT_OK_AND_ASSIGN(auto folder, CheckpointReader::OpenSafetensors(storage_, "m"));
   SK_ASSERT_OK_AND_ASSIGN(PytreeInfo tree, folder->Pytree("tensors"));
   EXPECT_EQ(tree.leaves.size(), 2u);
+}
+
+// Counts the bytes read through ReadAt; everything else goes to `base`.
+class ReadCountingStorage final : public Storage {
+ public:
+  explicit ReadCountingStorage(std::shared_ptr<Storage> base) : base_(std::move(base)) {}
+  std::atomic<uint64_t> bytes_read{0};
+  StorageFeatures features() const override { return base_->features(); }
+  Status ReadAt(const std::string& p, uint64_t o, uint64_t n, void* d) override {
+    bytes_read += n;
+    return base_->ReadAt(p, o, n, d);
+  }
+  Result<std::string> ReadAll(const std::string& p) override { return base_->ReadAll(p); }
+  Result<uint64_t> FileSize(const std::string& p) override { return base_->FileSize(p); }
+  Status WriteAll(const std::string& p, std::string_view d, bool s) override {
+    return base_->WriteAll(p, d, s);
+  }
+  Result<std::unique_ptr<WritableFile>> OpenForAppend(const std::string& p) override {
+    return base_->OpenForAppend(p);
+  }
+  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
+  Result<std::vector<std::string>> List(const std::string& d) override { return base_->List(d); }
+  Status CreateDir(const std::string& d) override { return base_->CreateDir(d); }
+  Status DeleteFile(const std::string& p) override { return base_->DeleteFile(p); }
+  Status DeleteRecursive(const std::string& p) override { return base_->DeleteRecursive(p); }
+  Status Rename(const std::string& f, const std::string& t) override {
+    return base_->Rename(f, t);
+  }
+  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
+
+ private:
+  std::shared_ptr<Storage> base_;
+};
+
+// A box of a large tensor reads only the rows that hold it, not the whole
+// tensor: one process's shard of an embedding costs its share.
+TEST_F(SafetensorsIndexTest, ABoxReadsOnlyTheRowsHoldingIt) {
+  constexpr uint64_t kRows = 64, kCols = 32;
+  std::vector<SafetensorsTensor> tensors = {{"emb", DType::kUInt16, {kRows, kCols}, 0,
+                                             kRows * kCols * 2}};
+  std::string bytes = EncodeSafetensorsHeader(tensors, {});
+  for (uint64_t i = 0; i < kRows * kCols; ++i) {
+    const uint16_t v = static_cast<uint16_t>(i);
+    bytes.append(reinterpret_cast<const char*>(&v), 2);
+  }
+  SK_ASSERT_OK(storage_->WriteAll("m/e.safetensors", bytes, false));
+  auto counting = std::make_shared<ReadCountingStorage>(storage_);
+  SK_ASSERT_OK_AND_ASSIGN(auto reader,
+                          CheckpointReader::OpenSafetensors(counting, "m/e.safetensors"));
+  const uint64_t header_bytes = counting->bytes_read;
+  // Rows 8..15, columns 4..11: the slab of rows 8..15 is read, 1/8 of it.
+  std::vector<uint16_t> box(8 * 8);
+  SK_ASSERT_OK(reader->ReadLeaf("tensors", "emb", DType::kUInt16, box.data(), Options(),
+                                Box{{8, 4}, {8, 8}}));
+  EXPECT_EQ(counting->bytes_read - header_bytes, 8 * kCols * 2);
+  EXPECT_EQ(box[0], 8 * kCols + 4);
+  EXPECT_EQ(box[63], 15 * kCols + 11);
+  // Two boxes of the same rows share one read.
+  std::vector<uint16_t> left(8 * 4), right(8 * 4);
+  const uint64_t before = counting->bytes_read;
+  SK_ASSERT_OK(reader->Read("tensors",
+                            {{0, DType::kUInt16, Box{{16, 0}, {8, 4}},
+                              reinterpret_cast<uint8_t*>(left.data())},
+                             {0, DType::kUInt16, Box{{16, 28}, {8, 4}},
+                              reinterpret_cast<uint8_t*>(right.data())}},
+                            Options()));
+  EXPECT_EQ(counting->bytes_read - before, 8 * kCols * 2);
+  EXPECT_EQ(right[3], 16 * kCols + 31);
 }
 
 TEST_F(SafetensorsIndexTest, BadIndexesAndDuplicatesAreNamed) {
