@@ -1,5 +1,7 @@
 #include "progress.h"
 
+#include "cli_support.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -9,18 +11,6 @@ namespace {
 
 constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
 constexpr int kBarWidth = 24;
-
-std::string Bytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 5) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
-  return text;
-}
 
 std::string Clock(double seconds) {
   const long s = std::lround(seconds);
@@ -77,13 +67,13 @@ void ProgressBar::Draw() {
   const double fraction = total_ ? static_cast<double>(done_) / total_ : 1.0;
   const int filled = static_cast<int>(fraction * kBarWidth);
   const std::string bar = std::string(filled, '#') + std::string(kBarWidth - filled, '.');
-  std::string line = label_ + " [" + bar + "] " + Bytes(done_) + " / " + Bytes(total_);
+  std::string line = label_ + " [" + bar + "] " + HumanBytes(done_) + " / " + HumanBytes(total_);
   char percent[16];
   std::snprintf(percent, sizeof(percent), " %3.0f%%", fraction * 100);
   line += percent;
   if (elapsed > 0.05 && done_ > 0) {
     const double rate = done_ / elapsed;
-    line += "  " + Bytes(rate) + "/s";
+    line += "  " + HumanBytes(static_cast<uint64_t>(rate)) + "/s";
     line += done_ < total_ ? "  ETA " + Clock((total_ - done_) / rate)
                            : "  in " + Clock(elapsed);
   }
