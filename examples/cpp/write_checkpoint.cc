@@ -7,7 +7,8 @@
 // commit record and into the tree. The checkpoint holds:
 //
 //   "state" (a pytree, what shardkeep.load reads):
-//     params/embed         float32  [16, 8]  written as 4 row blocks of 4 rows
+//     params/embed         float32  [16, 8]  written as 4 row blocks of 4 rows,
+//                                            with a sharding description
 //     params/dense/kernel  bfloat16 [8, 6]   written as 2 row blocks of 4 rows
 //     params/dense/bias    float32  [6]      one shard, memory handed over
 //     step                 int      STEP
@@ -54,7 +55,12 @@ Status Build(shardkeep::CheckpointWriter& writer, int64_t step,
   SK_ASSIGN_OR_RETURN(shardkeep::PytreeBuilder * state, writer.AddPytree("state"));
   // Leaves are named by key path; the tree becomes nested dicts:
   // {"params": {"embed": ..., "dense": {"kernel": ..., "bias": ...}}, ...}.
-  SK_RETURN_IF_ERROR(state->AddArray("params/embed", DType::kFloat32, {kVocab, kHidden}));
+  // The embedding's rows were spread over 4 devices along a mesh axis
+  // "data": recorded, in the Python front's words, for shardkeep.metadata.
+  SK_RETURN_IF_ERROR(state->AddArray(
+      "params/embed", DType::kFloat32, {kVocab, kHidden},
+      R"({"type": "named", "axis_names": ["data"], "mesh_shape": [4],
+          "spec": ["data", null], "device_ids": [0, 1, 2, 3]})"));
   SK_RETURN_IF_ERROR(state->AddArray("params/dense/kernel", DType::kBFloat16, {kHidden, kOut}));
   SK_RETURN_IF_ERROR(state->AddArray("params/dense/bias", DType::kFloat32, {kOut}));
   SK_RETURN_IF_ERROR(state->AddInt("step", step));

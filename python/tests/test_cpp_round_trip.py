@@ -202,6 +202,10 @@ def test_python_loads_what_cpp_wrote(examples, ckpt):
     info = sk.metadata(ckpt)
     assert info.step == 7
     assert info.custom_metadata == {"written_by": "examples/cpp/write_checkpoint"}
+    embed = next(leaf for leaf in info.checkpointables["state"].leaves
+                 if leaf.path == "params/embed")
+    assert embed.sharding == {"type": "named", "axis_names": ["data"], "mesh_shape": [4],
+                              "spec": ["data", None], "device_ids": [0, 1, 2, 3]}
 
     # Onto the 8 devices with a sharding of the loader's choosing.
     mesh = make_mesh((4, 2), ("data", "model"))

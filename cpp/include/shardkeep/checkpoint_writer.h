@@ -64,11 +64,16 @@ class PytreeBuilder {
   PytreeBuilder& operator=(const PytreeBuilder&) = delete;
 
   // An array leaf of `dtype` and global `shape` ({} for a 0-d array). Its
-  // elements are written from the shards added with AddShard.
-  // `sharding_json` describes the sharding it was computed with, as the
-  // Python front reads it ("null": none, the Python front then loads it
-  // onto its default device); it must be JSON. Rank at most 64 and at most
-  // 2^63 bytes.
+  // elements are written from the shards added with AddShard. Rank at most
+  // 64 and at most 2^63 bytes.
+  //
+  // `sharding_json` describes the sharding it was computed with: "null"
+  // (none) or a JSON object, stored as is and shown by shardkeep.metadata
+  // and `shardkeep info`. The Python front writes, and understands,
+  //   {"type": "named", "axis_names": ["data"], "mesh_shape": [4],
+  //    "spec": ["data", null], "device_ids": [0, 1, 2, 3]}
+  // (a jax NamedSharding; spec entries are axis names, null, or lists of
+  // names) and {"type": "single_device", "device_id": 0}.
   Status AddArray(std::string path, DType dtype, std::vector<uint64_t> shape,
                   std::string sharding_json = "null");
   // Scalar leaves, loaded by Python as bool, int and float; strings as str

@@ -208,6 +208,11 @@ Status PytreeBuilder::AddArray(std::string path, DType dtype, std::vector<uint64
   }
   SK_ASSIGN_OR_RETURN(nlohmann::json sharding,
                       ParseCallerJson(sharding_json, where + ": the sharding description"));
+  // The Python front reads a description as a dict (or None).
+  if (!sharding.is_null() && !sharding.is_object()) {
+    return InvalidArgumentError(where + ": the sharding description must be null or a "
+                                "JSON object, got " + sharding_json);
+  }
   State::DeclaredLeaf leaf;
   leaf.meta.path = std::move(path);
   leaf.meta.kind = LeafKind::kArray;

@@ -177,6 +177,15 @@ TEST_F(CheckpointWriterTest, TheEmptyPathIsARootLeaf) {
   EXPECT_EQ(json::parse(tree.tree_json), json::parse(R"({"type": "leaf", "leaf": 0})"));
 }
 
+TEST_F(CheckpointWriterTest, AnEmptyArrayNeedsNoShard) {
+  CheckpointWriter writer(storage_, "empty");
+  SK_ASSERT_OK_AND_ASSIGN(PytreeBuilder * state, writer.AddPytree("state"));
+  SK_ASSERT_OK(state->AddArray("none_yet", DType::kFloat32, {3, 0}));
+  SK_ASSERT_OK(writer.Commit(Options()));
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, "empty"));
+  SK_ASSERT_OK(reader->ReadLeaf("state", "none_yet", DType::kFloat32, nullptr, Options()));
+}
+
 TEST_F(CheckpointWriterTest, NoLeavesIsAnEmptyDict) {
   PytreeInfo tree = CommitLeaves({});
   EXPECT_EQ(json::parse(tree.tree_json),
@@ -243,6 +252,8 @@ TEST_F(CheckpointWriterTest, RefusesBadArraysAndShards) {
   SK_ASSERT_OK_AND_ASSIGN(PytreeBuilder * state, writer.AddPytree("state"));
   ExpectInvalid(state->AddArray("s", DType::kFloat32, {2}, "{not json"),
                 {"'s'", "sharding description", "not JSON"});
+  ExpectInvalid(state->AddArray("s", DType::kFloat32, {2}, "[\"data\"]"),
+                {"'s'", "null or a JSON object"});
   ExpectInvalid(state->AddArray("huge", DType::kFloat64, {uint64_t{1} << 62, 4}),
                 {"'huge'", "2^63 bytes"});
   ExpectInvalid(state->AddArray("deep", DType::kInt8, std::vector<uint64_t>(65, 1)),
