@@ -15,7 +15,7 @@
 //   SK_RETURN_IF_ERROR(writer.Commit(shardkeep::Options()));
 //
 // The tree. By default each checkpointable's structure is built from the
-// key paths as nested dicts: a path's segments are unescaped (EscapeKey:
+// key paths as nested dicts: a path's segments are unescaped (UnescapeKey:
 // "~0" → '~', "~1" → '/') and become string keys, in the order the paths
 // were first declared, so "layers/0/w" gives {"layers": {"0": {"w": …}}}
 // (the key is the string "0", not a list position). The empty path ""
@@ -23,10 +23,16 @@
 // tuples passes the structure itself (PytreeBuilder::SetTree).
 //
 // Several processes (a caller-supplied Coordinator): every process builds
-// the same checkpoint, declaring the same leaves, tree, checkpointables and
-// values in the same order, and adds only its own shards; the engine
-// refuses a save whose meta.json differs between processes. The shards of
-// all processes together must tile each array leaf exactly once.
+// the same checkpoint, declaring the same leaves, tree and checkpointables
+// in the same order, and adds only its own shards; the engine refuses a
+// save whose meta.json differs between processes. The values of json and
+// bytes checkpointables and the commit record's fields are written by
+// process 0. The shards of
+// all processes together must tile each array leaf exactly once: each
+// process checks that its own do not overlap, but only a reader can see a
+// gap between processes (Pytree() and loads fail, naming the leaf). A
+// process that fails before Start leaves the others waiting in the save's
+// first barrier until Options::timeout_s, which then fails them all.
 //
 // Not thread-safe: one thread builds a writer. Nothing is written before
 // Start/Commit.
@@ -152,8 +158,10 @@ class CheckpointWriter {
   // Encodes every meta.json, checks each leaf's shards (overlaps; coverage
   // when this is the only process) and starts the save (StartSave): its
   // blocking phase runs here, the rest in the background, owned by the
-  // returned handle. A writer starts one save; a second call, or adding to
-  // it afterwards, is InvalidArgument.
+  // returned handle. An error of these checks leaves the writer as it was,
+  // to be fixed and started again; once the save has started (whatever its
+  // outcome) the writer is spent: a second call, or adding to it, is
+  // InvalidArgument.
   Result<std::unique_ptr<SaveHandle>> Start(const Options& options);
   // Start and wait for the commit.
   Status Commit(const Options& options);

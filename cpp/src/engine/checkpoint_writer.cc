@@ -350,7 +350,7 @@ class TreeMatcher {
     if (!node.is_object() || !node.contains("type") || !node["type"].is_string()) {
       return InvalidArgumentError(where + ": expected an object with a string \"type\"");
     }
-    const std::string type = node["type"];
+    const std::string type = node["type"].get<std::string>();
     if (type == "leaf") {
       auto it = numbering_.state.by_path.find(path);
       if (it == numbering_.state.by_path.end()) {
@@ -581,17 +581,21 @@ Result<std::unique_ptr<SaveHandle>> CheckpointWriter::Start(const Options& optio
       SK_ASSIGN_OR_RETURN(CheckpointablePayload payload,
                           EncodePytree(*part.pytree->state_, s.path, whole));
       request.parts.push_back(std::move(payload));
-      continue;
+    } else {
+      format::CheckpointableMeta meta;
+      meta.kind = part.kind;
+      request.parts.push_back(
+          {part.name, part.kind, format::EncodeCheckpointableMeta(meta), {}, ""});
     }
-    format::CheckpointableMeta meta;
-    meta.kind = part.kind;
-    request.parts.push_back({part.name, part.kind, format::EncodeCheckpointableMeta(meta),
-                             {}, part.value});
   }
-  // From here on the shards' owned memory belongs to the save.
+  // Every check passed (until here the caller may fix the input and call
+  // again). From here on the values and the owned shard memory belong to
+  // the save.
   s.started = true;
   auto owned = std::make_shared<std::vector<std::vector<uint8_t>>>();
-  for (State::Part& part : s.parts) {
+  for (size_t i = 0; i < s.parts.size(); ++i) {
+    State::Part& part = s.parts[i];
+    request.parts[i].value = std::move(part.value);
     if (!part.pytree) continue;
     for (std::vector<uint8_t>& buffer : part.pytree->state_->owned) {
       owned->push_back(std::move(buffer));

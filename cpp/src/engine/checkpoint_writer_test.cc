@@ -295,13 +295,20 @@ TEST_F(CheckpointWriterTest, StartRefusesOverlappingShards) {
 TEST_F(CheckpointWriterTest, StartRefusesShardsThatLeaveElementsOutInOneProcess) {
   CheckpointWriter writer(storage_, "gap");
   SK_ASSERT_OK_AND_ASSIGN(PytreeBuilder * state, writer.AddPytree("state"));
-  std::vector<float> data(8);
+  std::vector<float> data = {1, 2, 3, 4, 5, 6, 7, 8};
   SK_ASSERT_OK(state->AddArray("w", DType::kFloat32, {4, 2}));
   SK_ASSERT_OK(state->AddArray("unwritten", DType::kFloat32, {3}));
   SK_ASSERT_OK(state->AddShard("w", DType::kFloat32, Box{{0, 0}, {3, 2}}, data.data(), 24));
   SK_ASSERT_OK(state->AddShard("unwritten", DType::kFloat32, Box{{0}, {3}}, data.data(), 12));
   ExpectInvalid(writer.Commit(Options()), {"'w'", "gap", "cover 6 of its 8 elements"});
   EXPECT_FALSE(CheckpointReader::Open(storage_, "gap").ok());
+  // The refused writer is unchanged: the missing row completes it.
+  SK_ASSERT_OK(state->AddShard("w", DType::kFloat32, Box{{3, 0}, {1, 2}}, data.data() + 6, 8));
+  SK_ASSERT_OK(writer.Commit(Options()));
+  std::vector<float> back(8, -1.0f);
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, "gap"));
+  SK_ASSERT_OK(reader->ReadLeaf("state", "w", DType::kFloat32, back.data(), Options()));
+  EXPECT_EQ(back, data);
 }
 
 TEST_F(CheckpointWriterTest, RefusesBadTrees) {
