@@ -3,7 +3,6 @@
 #include <cmath>
 #include <map>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +10,7 @@
 #include "engine/decoded_meta_cache.h"
 #include "engine/tiling.h"
 #include "format/checkpointable_meta.h"
-#include "format/commit_record.h"
+#include "format/commit_record.h"  // IsSafeCheckpointableName
 #include "format/json_parse.h"
 #include "shardkeep/contents.h"
 
