@@ -25,6 +25,7 @@
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
+#include "meta_objects.h"
 #include "storage/process_faults.h"
 
 namespace nb = nanobind;
@@ -465,6 +466,21 @@ struct PyReader {
     return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
   }
 
+  // meta.json of `name` as checked dicts and lists (meta_objects.h).
+  nb::dict Meta(const std::string& name) {
+    std::string kind;
+    for (const CheckpointableInfo& part : reader->Info().checkpointables) {
+      if (part.name == name) kind = part.kind;
+    }
+    if (kind == "pytree") {
+      PytreeInfo tree = ValueOrRaise(WithoutGil([&] { return reader->Pytree(name); }), url);
+      return binding::PytreeMetaToPython(tree);
+    }
+    std::string text = MetaJson(name);  // NotFound for an unknown name
+    return ValueOrRaise(binding::ValueMetaToPython(text, url + "/" + name + "/meta.json"),
+                        url);
+  }
+
   nb::bytes ReadValue(const std::string& name) {
     std::string bytes =
         ValueOrRaise(WithoutGil([&] { return reader->ReadValue(name); }), url);
@@ -649,10 +665,15 @@ NB_MODULE(_core, m) {
       .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
       .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
       .def("meta_json", &PyReader::MetaJson, "name"_a)
+      .def("meta", &PyReader::Meta, "name"_a,
+           "meta.json of a checkpointable, decoded and checked by the core.")
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
       .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
 
+  m.def("encode_meta",
+        [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
+        "meta.json's text for a meta dict, checked and written by the core.");
   m.def("list_checkpoints", &ListCheckpointsPy, "root"_a, "options"_a = Options(),
         "(name, state, step, commit_json, problem) of each entry under a root.");
   m.def(

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any, Callable
 
-from . import staging
+from . import _core, staging
 from .errors import InvalidArgumentError
 
 BASE_KINDS = ("pytree", "json", "bytes")
@@ -78,11 +78,7 @@ def encode(name: str, value: Any) -> dict:
     check_name(name)
     registered = next((k for k in _registry.values() if isinstance(value, k.type)), None)
     if registered is not None:
-        part = _encode_base(name, registered.base, registered.save(value))
-        meta = json.loads(part["meta_json"])
-        meta["registered_kind"] = registered.name
-        part["meta_json"] = json.dumps(meta, allow_nan=False, ensure_ascii=False)
-        return part
+        return _encode_base(name, registered.base, registered.save(value), registered.name)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _encode_base(name, "bytes", value)
     if isinstance(value, JsonValue):
@@ -90,12 +86,17 @@ def encode(name: str, value: Any) -> dict:
     return _encode_base(name, "pytree", value)
 
 
-def _encode_base(name: str, kind: str, value: Any) -> dict:
-    part = {"name": name, "kind": kind, "meta_json": json.dumps({"kind": kind}),
-            "value": b"", "shards": [], "aliased": []}
+def _encode_base(name: str, kind: str, value: Any, registered_kind: str | None = None) -> dict:
+    part = {"name": name, "kind": kind, "value": b"", "shards": [], "aliased": []}
     if kind == "pytree":
-        part["meta_json"], part["shards"], part["aliased"] = staging.stage_pytree(value)
-    elif kind == "json":
+        part["meta_json"], part["shards"], part["aliased"] = staging.stage_pytree(
+            value, registered_kind=registered_kind)
+        return part
+    meta = {"kind": kind}
+    if registered_kind is not None:
+        meta["registered_kind"] = registered_kind
+    part["meta_json"] = _core.encode_meta(meta)
+    if kind == "json":
         try:
             part["value"] = json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
         except (TypeError, ValueError) as e:

@@ -94,7 +94,7 @@ def metadata(path, *, options: options_lib.Options | None = None) -> CheckpointI
     for name, entry in record["checkpointables"].items():
         kind = entry["kind"]
         if kind == "pytree":
-            meta = json.loads(reader.meta_json(name))
+            meta = reader.meta(name)
             leaves = tuple(_leaf_info(leaf) for leaf in meta["leaves"])
             parts[name] = CheckpointableInfo(name, kind, leaves, meta["tree"])
         else:

@@ -78,7 +78,7 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
 def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: bool,
               core_options, map_files: bool) -> Any:
     where = f"{path}/{name}"
-    meta = json.loads(reader.meta_json(name))
+    meta = reader.meta(name)
     if kind == "pytree":
         with gc_paused():
             value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,

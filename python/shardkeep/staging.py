@@ -20,14 +20,13 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import json
 import math
 from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 
-from . import dtypes, prng_keys, shardings, tree_codec
+from . import _core, dtypes, prng_keys, shardings, tree_codec
 from .errors import InvalidArgumentError
 
 _INT64 = np.iinfo(np.int64)
@@ -56,8 +55,8 @@ def planning(*, replica_parallel: bool) -> Iterator[None]:
         _replica_parallel.reset(token)
 
 
-def stage_pytree(tree: Any, replica_parallel: bool | None = None
-                 ) -> tuple[str, list[tuple], list[int]]:
+def stage_pytree(tree: Any, replica_parallel: bool | None = None,
+                 registered_kind: str | None = None) -> tuple[str, list[tuple], list[int]]:
     """Returns (meta.json text, shards, aliased) for saving ``tree``.
 
     Each shard's bytes are a host view of the data where there is one (CPU
@@ -102,7 +101,7 @@ def stage_pytree(tree: Any, replica_parallel: bool | None = None
         # (On accelerators the host array is a fresh copy nobody else writes.)
         shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
                        _host_bytes(src)))
-    return plan.meta_json_for(values), shards, aliased
+    return plan.meta_json_for(values, registered_kind), shards, aliased
 
 
 def _is_none(value) -> bool:
@@ -135,24 +134,28 @@ class _Plan:
     cacheable: bool
     all_on_host: bool
     _values: list = dataclasses.field(default_factory=list)  # bool/int/float/str leaves
+    _registered_kind: str | None = None
     _meta_json: str = ""
 
     def fits(self, values: list) -> bool:
         return len(values) == len(self.signature) and all(
             _signature(v) == s for v, s in zip(values, self.signature))
 
-    def meta_json_for(self, values: list) -> str:
-        """meta.json's text, with this save's bool/int/float/str values."""
+    def meta_json_for(self, values: list, registered_kind: str | None = None) -> str:
+        """meta.json's text, with this save's bool/int/float/str values,
+        written by the core (which owns the format and checks the meta)."""
         now = [(i, values[i]) for i, _ in self._values]
-        if not self._meta_json or any(
+        if not self._meta_json or registered_kind != self._registered_kind or any(
                 type(a) is not type(b) or a != b for (_, a), (_, b) in zip(now, self._values)):
             for i, value in now:
                 meta = self.leaf_metas[self.codec_number[i]]
                 self.leaf_metas[self.codec_number[i]] = {**meta, **_value_spec(meta["path"], value)}
             self._values = now
-            self._meta_json = json.dumps(
-                {"kind": "pytree", "tree": self.structure, "leaves": self.leaf_metas},
-                allow_nan=False, ensure_ascii=False)
+            self._registered_kind = registered_kind
+            meta = {"kind": "pytree", "tree": self.structure, "leaves": self.leaf_metas}
+            if registered_kind is not None:
+                meta["registered_kind"] = registered_kind
+            self._meta_json = _core.encode_meta(meta)
         return self._meta_json
 
 

@@ -58,6 +58,8 @@ struct LeafInfo {
 };
 
 struct PytreeInfo {
+  // A kind registered in the Python front and saved as a pytree, or "".
+  std::string registered_kind;
   // The tree's structure as JSON (node types, keys and leaf positions; see
   // docs/FORMAT.md), for programs that rebuild containers.
   std::string tree_json;

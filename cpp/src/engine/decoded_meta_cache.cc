@@ -28,6 +28,25 @@ std::list<Entry>& Cache() {
 
 }  // namespace
 
+namespace {
+
+// REQUIRES: CacheMutex() held.
+void Remember(const std::string& json,
+              std::shared_ptr<const format::CheckpointableMeta> meta) {
+  std::list<Entry>& entries = Cache();
+  entries.push_front({json, std::move(meta)});
+  if (entries.size() > kEntries) entries.pop_back();
+}
+
+}  // namespace
+
+void RememberDecodedMeta(const std::string& json,
+                         std::shared_ptr<const format::CheckpointableMeta> meta) {
+  if (json.size() > kMaxCachedMetaBytes) return;
+  std::lock_guard<std::mutex> lock(CacheMutex());
+  Remember(json, std::move(meta));
+}
+
 Result<std::shared_ptr<const format::CheckpointableMeta>> DecodeMetaCached(
     const std::string& json, const std::string& file) {
   const bool cacheable = json.size() <= kMaxCachedMetaBytes;
@@ -45,9 +64,7 @@ Result<std::shared_ptr<const format::CheckpointableMeta>> DecodeMetaCached(
   auto meta = std::make_shared<const format::CheckpointableMeta>(std::move(decoded));
   if (cacheable) {
     std::lock_guard<std::mutex> lock(CacheMutex());
-    std::list<Entry>& entries = Cache();
-    entries.push_front({json, meta});
-    if (entries.size() > kEntries) entries.pop_back();
+    Remember(json, meta);
   }
   return meta;
 }

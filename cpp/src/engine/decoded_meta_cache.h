@@ -23,4 +23,11 @@ inline constexpr size_t kMaxCachedMetaBytes = size_t{4} << 20;
 Result<std::shared_ptr<const format::CheckpointableMeta>> DecodeMetaCached(
     const std::string& json, const std::string& file);
 
+// Keeps `meta` as the decoding of `json`, for a caller that built the text
+// from a document it has just decoded (the Python binding's encode_meta):
+// the save of that text then skips its decode. REQUIRES: `meta` is what
+// DecodeCheckpointableMeta(json) gives.
+void RememberDecodedMeta(const std::string& json,
+                         std::shared_ptr<const format::CheckpointableMeta> meta);
+
 }  // namespace shardkeep::internal

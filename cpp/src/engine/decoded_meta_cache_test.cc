@@ -21,6 +21,16 @@ TEST(DecodedMetaCacheTest, TheSameTextDecodesOnce) {
   EXPECT_EQ(first->leaves[0].path, "cached_w");
 }
 
+TEST(DecodedMetaCacheTest, ARememberedDecodingIsUsedForItsText) {
+  const std::string json = MetaWithLeaf("remembered_w");
+  SK_ASSERT_OK_AND_ASSIGN(format::CheckpointableMeta decoded,
+                          format::DecodeCheckpointableMeta(json, "state/meta.json"));
+  auto kept = std::make_shared<const format::CheckpointableMeta>(std::move(decoded));
+  RememberDecodedMeta(json, kept);
+  SK_ASSERT_OK_AND_ASSIGN(auto got, DecodeMetaCached(json, "state/meta.json"));
+  EXPECT_EQ(got.get(), kept.get());
+}
+
 TEST(DecodedMetaCacheTest, AnotherTextIsDecodedAfresh) {
   SK_ASSERT_OK_AND_ASSIGN(auto a, DecodeMetaCached(MetaWithLeaf("a"), "state/meta.json"));
   SK_ASSERT_OK_AND_ASSIGN(auto b, DecodeMetaCached(MetaWithLeaf("b"), "state/meta.json"));

@@ -153,7 +153,7 @@ class TreeChecker {
 
 }  // namespace
 
-std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta) {
+nlohmann::ordered_json CheckpointableMetaToJson(const CheckpointableMeta& meta) {
   ordered_json j;
   j["kind"] = meta.kind;
   if (!meta.registered_kind.empty()) j["registered_kind"] = meta.registered_kind;
@@ -179,16 +179,28 @@ std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta) {
     }
     j["leaves"] = std::move(leaves);
   }
+  return j;
+}
+
+std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta) {
   // `replace` keeps dump() from throwing on invalid UTF-8 in user strings.
-  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  return CheckpointableMetaToJson(meta).dump(2, ' ', false,
+                                             ordered_json::error_handler_t::replace) +
+         "\n";
 }
 
 Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
                                                     const std::string& file) {
+  SK_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonObject<nlohmann::json>(bytes, file));
+  return DecodeCheckpointableMetaDocument(std::move(j), file);
+}
+
+Result<CheckpointableMeta> DecodeCheckpointableMetaDocument(nlohmann::json j,
+                                                            const std::string& file) {
   auto corrupt = [&file](const std::string& what) {
     return CorruptionError(file + ": " + what);
   };
-  SK_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonObject<nlohmann::json>(bytes, file));
+  if (!j.is_object()) return corrupt("expected a JSON object");
   auto kind = j.find("kind");
   if (kind == j.end() || !kind->is_string()) {
     return corrupt("expected \"kind\" to be a string");

@@ -40,7 +40,10 @@ struct CheckpointableMeta {
   std::vector<LeafMeta> leaves;
 };
 
+// meta.json's text: CheckpointableMetaToJson, indented by two spaces.
 std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta);
+// The document meta.json holds, fields in the order of docs/FORMAT.md §4.
+nlohmann::ordered_json CheckpointableMetaToJson(const CheckpointableMeta& meta);
 
 // Checks types, dtype names (must be known to DTypeFromName for arrays and
 // scalars), rank ≤ 64, leaf sizes ≤ 2^63 bytes, unique leaf paths, and
@@ -49,5 +52,9 @@ std::string EncodeCheckpointableMeta(const CheckpointableMeta& meta);
 // and the leaf or the tree node (as a JSON pointer, "/tree/children/0").
 Result<CheckpointableMeta> DecodeCheckpointableMeta(std::string_view bytes,
                                                     const std::string& file);
+// The same checks on a document already parsed (the Python front hands
+// the meta of a save over as objects, converted by the binding).
+Result<CheckpointableMeta> DecodeCheckpointableMetaDocument(
+    nlohmann::json document, const std::string& file);
 
 }  // namespace shardkeep::format

@@ -157,6 +157,22 @@ TEST(CheckpointableMeta, MissingOptionalFieldsTakeDefaults) {
   EXPECT_EQ(m.leaves[2].dtype, "");
 }
 
+// Typed PRNG key data and registered kinds keep their names; both fields
+// are left out when empty (the golden file has neither).
+TEST(CheckpointableMeta, PrngImplAndRegisteredKindRoundTrip) {
+  CheckpointableMeta m = GoldenMeta();
+  m.registered_kind = "train_state";
+  m.leaves[0].prng_impl = "threefry2x32";
+  const std::string text = EncodeCheckpointableMeta(m);
+  SK_ASSERT_OK_AND_ASSIGN(CheckpointableMeta back,
+                          DecodeCheckpointableMeta(text, "meta.json"));
+  EXPECT_EQ(back.registered_kind, "train_state");
+  EXPECT_EQ(back.leaves[0].prng_impl, "threefry2x32");
+  EXPECT_EQ(back.leaves[1].prng_impl, "");
+  EXPECT_EQ(EncodeCheckpointableMeta(back), text);
+  ExpectCorruption(R"({"kind": "json", "registered_kind": 3})", "registered_kind");
+}
+
 TEST(CheckpointableMeta, LeafKindNames) {
   EXPECT_EQ(LeafKindName(LeafKind::kArray), "array");
   EXPECT_EQ(LeafKindName(LeafKind::kScalar), "scalar");

@@ -1,0 +1,28 @@
+// meta.json as Python objects. The core owns the format: it checks and
+// encodes the meta a save hands over, and decodes what a load reads; the
+// Python front only builds and reads the plain dicts and lists below.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <string>
+
+#include "shardkeep/contents.h"
+#include "shardkeep/status.h"
+
+namespace shardkeep::binding {
+
+// {"kind": "pytree", "tree": ..., "leaves": [...]} (plus "registered_kind"
+// when set), leaves as docs/FORMAT.md §4 spells their fields.
+nanobind::dict PytreeMetaToPython(const PytreeInfo& info);
+
+// The meta.json text of a json/bytes checkpointable as a dict, checked.
+Result<nanobind::dict> ValueMetaToPython(const std::string& meta_json,
+                                         const std::string& file);
+
+// meta.json's text for `meta`, a dict of the form above, checked by the
+// core's decoder (InvalidArgument naming the leaf or node otherwise).
+// REQUIRES: the GIL.
+Result<std::string> EncodeMeta(nanobind::handle meta);
+
+}  // namespace shardkeep::binding
