@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
+cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON -DSHARDKEEP_BUILD_EXAMPLES=ON > /dev/null
 cmake --build build/cpp
 ctest --test-dir build/cpp --output-on-failure -j 2
 # The C++ package as a shared library too (ctest checked the static one).
@@ -18,7 +18,9 @@ cpp/package_test/check.sh build/shared
 scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
 scripts/sanitize.sh
 
+# test_cpp_round_trip.py runs the C++ examples built above.
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
+  SHARDKEEP_EXAMPLES_DIR="$PWD/build/cpp/examples/cpp" \
   .venv/bin/python -m pytest python/tests -q
 
 scripts/torture.sh 50
