@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -103,6 +104,12 @@ class PytreeBuilder {
   // save completes.
   Status AddShard(std::string_view path, DType dtype, Box box,
                   std::vector<uint8_t> data);
+  // A shard produced while the save writes (ShardData::fill): `fill(chunk,
+  // dst)` writes the bytes of one chunk of `box`, row-major, and is called
+  // on the save's writer threads, chunk by chunk, so the save holds a
+  // chunk per writer thread, never the shard. Conversions use it.
+  Status AddShardSource(std::string_view path, DType dtype, Box box,
+                        std::function<Status(const Box& chunk, uint8_t* dst)> fill);
 
   // Replaces the nested dicts built from the paths with `tree_json`, a
   // structure node of docs/FORMAT.md §4.1 (dict, list, tuple, namedtuple,

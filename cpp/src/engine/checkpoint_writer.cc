@@ -69,7 +69,8 @@ struct PytreeBuilder::State {
   struct DeclaredLeaf {
     format::LeafMeta meta;
     std::optional<DType> dtype;  // arrays
-    std::vector<std::pair<Box, const uint8_t*>> shards;
+    // The shards: memory (`data`) or sources (`fill`); leaf, dtype unset.
+    std::vector<ShardData> shards;
   };
 
   std::string name;
@@ -145,8 +146,8 @@ struct PytreeBuilder::State {
     return Declare(std::move(leaf));
   }
 
-  Status AddShard(std::string_view path, DType dtype, Box box, const uint8_t* data,
-                  size_t size) {
+  // The array leaf `path` if a shard of `dtype` and `box` fits it.
+  Result<DeclaredLeaf*> LeafForShard(std::string_view path, DType dtype, const Box& box) {
     SK_RETURN_IF_ERROR(CheckOpen());
     auto it = by_path.find(path);
     if (it == by_path.end()) {
@@ -169,11 +170,17 @@ struct PytreeBuilder::State {
       return InvalidArgumentError(Where(path) + ": shard box " + box.ToString() +
                                   " lies outside shape " + whole.ToString());
     }
+    return &leaf;
+  }
+
+  Status AddShard(std::string_view path, DType dtype, Box box, const uint8_t* data,
+                  size_t size) {
+    SK_ASSIGN_OR_RETURN(DeclaredLeaf* leaf, LeafForShard(path, dtype, box));
     // Inside a leaf of at most 2^63 bytes: the product cannot overflow.
     const uint64_t expected = box.NumElements() * DTypeSize(dtype);
     if (size != expected) {
       return InvalidArgumentError(Where(path) + ": shard box " + box.ToString() +
-                                  " of " + leaf.meta.dtype + " needs " +
+                                  " of " + leaf->meta.dtype + " needs " +
                                   std::to_string(expected) + " bytes, got " +
                                   std::to_string(size));
     }
@@ -181,7 +188,17 @@ struct PytreeBuilder::State {
       return InvalidArgumentError(Where(path) + ": shard box " + box.ToString() +
                                   " has no data");
     }
-    leaf.shards.emplace_back(std::move(box), data);
+    leaf->shards.push_back({0, dtype, std::move(box), data});
+    return Status::Ok();
+  }
+
+  Status AddShardSource(std::string_view path, DType dtype, Box box,
+                        std::function<Status(const Box&, uint8_t*)> fill) {
+    SK_ASSIGN_OR_RETURN(DeclaredLeaf* leaf, LeafForShard(path, dtype, box));
+    if (!fill) return InvalidArgumentError(Where(path) + ": shard source is empty");
+    ShardData shard{0, dtype, std::move(box), nullptr};
+    shard.fill = std::move(fill);
+    leaf->shards.push_back(std::move(shard));
     return Status::Ok();
   }
 };
@@ -262,6 +279,11 @@ Status PytreeBuilder::AddShard(std::string_view path, DType dtype, Box box,
   SK_RETURN_IF_ERROR(state_->AddShard(path, dtype, std::move(box), bytes, size));
   state_->owned.push_back(std::move(data));
   return Status::Ok();
+}
+
+Status PytreeBuilder::AddShardSource(std::string_view path, DType dtype, Box box,
+                                     std::function<Status(const Box&, uint8_t*)> fill) {
+  return state_->AddShardSource(path, dtype, std::move(box), std::move(fill));
 }
 
 Status PytreeBuilder::SetTree(std::string tree_json) {
@@ -430,7 +452,7 @@ Result<CheckpointablePayload> EncodePytree(const PytreeBuilder::State& state,
     const PytreeBuilder::State::DeclaredLeaf& leaf = state.leaves[numbering.order[number]];
     meta.leaves.push_back(leaf.meta);
     std::vector<const Box*> boxes;
-    for (const auto& [box, data] : leaf.shards) boxes.push_back(&box);
+    for (const ShardData& shard : leaf.shards) boxes.push_back(&shard.box);
     if (leaf.meta.kind == LeafKind::kArray) {
       if (auto fault = internal::FindTilingFault(leaf.meta.shape, boxes)) {
         const std::string where = state.Where(leaf.meta.path) + " of " + checkpoint;
@@ -447,8 +469,9 @@ Result<CheckpointablePayload> EncodePytree(const PytreeBuilder::State& state,
         }
       }
     }
-    for (const auto& [box, data] : leaf.shards) {
-      part.shards.push_back({static_cast<uint32_t>(number), *leaf.dtype, box, data});
+    for (ShardData shard : leaf.shards) {
+      shard.leaf = static_cast<uint32_t>(number);
+      part.shards.push_back(std::move(shard));
     }
   }
   part.meta_json = format::EncodeCheckpointableMeta(meta);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -184,6 +186,34 @@ TEST_F(CheckpointWriterTest, AnEmptyArrayNeedsNoShard) {
   SK_ASSERT_OK(writer.Commit(Options()));
   SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, "empty"));
   SK_ASSERT_OK(reader->ReadLeaf("state", "none_yet", DType::kFloat32, nullptr, Options()));
+}
+
+TEST_F(CheckpointWriterTest, ASourceShardIsFilledChunkByChunk) {
+  CheckpointWriter writer(storage_, "sourced");
+  SK_ASSERT_OK_AND_ASSIGN(PytreeBuilder * state, writer.AddPytree("state"));
+  SK_ASSERT_OK(state->AddArray("w", DType::kInt32, {64, 16}));
+  std::atomic<int> calls{0};
+  SK_ASSERT_OK(state->AddShardSource(
+      "w", DType::kInt32, Box{{0, 0}, {64, 16}}, [&](const Box& chunk, uint8_t* dst) {
+        ++calls;
+        int32_t* out = reinterpret_cast<int32_t*>(dst);
+        for (uint64_t r = 0; r < chunk.shape[0]; ++r) {
+          for (uint64_t c = 0; c < chunk.shape[1]; ++c) {
+            *out++ = static_cast<int32_t>((chunk.origin[0] + r) * 16 + chunk.origin[1] + c);
+          }
+        }
+        return Status::Ok();
+      }));
+  EXPECT_EQ(state->AddShardSource("w", DType::kFloat32, Box{{0, 0}, {1, 16}}, nullptr).code(),
+            StatusCode::kInvalidArgument);  // the leaf is int32
+  Options options;
+  options.chunk_bytes = 1024;  // 16 rows of 16 int32s
+  SK_ASSERT_OK(writer.Commit(options));
+  EXPECT_EQ(calls.load(), 4);
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, "sourced"));
+  std::vector<int32_t> w(64 * 16);
+  SK_ASSERT_OK(reader->ReadLeaf("state", "w", DType::kInt32, w.data(), Options()));
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(w[i], static_cast<int32_t>(i));
 }
 
 TEST_F(CheckpointWriterTest, NoLeavesIsAnEmptyDict) {
