@@ -18,6 +18,9 @@ TOOL is a tool configuration from tools.py or "floor"; OP is one of
   stall_small   W6: the same with W2's 2,000 small leaves
   memcpy_touched floor (W6): copy of W1's state into memory already touched (stall_floors.py)
   d2h           floor (W6): device-to-host copies of W2's leaves into touched memory
+  read_cold, read_warm (W7) floor: one sequential read of each safetensors file
+  load_cold, load_warm, reshard_cold, reshard_warm (W7): the safetensors model
+                onto FSDP / the (2, 4) mesh (model_loaders.py), every leaf checked
   upload        floor (W5): the state's bytes put to the S3 server by boto3 (s3_floor.py)
   download      floor (W5): the same objects got back into memory
 
@@ -179,6 +182,10 @@ def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) 
         run = s3_floor.upload if op == "upload" else s3_floor.download
         return {"bytes": size} | run(root, workload, scale, reset_peak_rss)
     path = os.path.join(root, "floor", workload, "data.bin")
+    if workload == "W7":  # the model's own files, as written for the loaders
+        import safetensors_files
+        path = safetensors_files.model_dir(root)
+        size = sum(os.path.getsize(name) for name in files_under(path))
     result: dict = {"bytes": size}
     if op == "write":
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -204,9 +211,10 @@ def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) 
         reset_peak_rss()
         start = time.perf_counter()
         total = 0
-        with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(buffer):
-                total += n
+        for name in sorted(files_under(path)):
+            with open(name, "rb", buffering=0) as f:
+                while n := f.readinto(buffer):
+                    total += n
         result["seconds"] = time.perf_counter() - start
         assert total == size, (total, size)
     elif op == "device_put":
@@ -237,8 +245,64 @@ def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) 
     return result
 
 
+def run_model_load(tool_name: str, op: str, scale: str, root: str, drop_caches: bool) -> dict:
+    """W7: the safetensors model that the suite wrote under ROOT loaded onto
+    FSDP (load_*) or the (2, 4) mesh (reshard_*), then every leaf's every
+    shard compared with its expected bytes (outside the clock)."""
+    import jax
+
+    import model_loaders
+    import safetensors_files
+    if tool_name not in model_loaders.TOOLS:
+        raise NotApplicable(f"{tool_name} has no safetensors loader")
+    tool = model_loaders.make(tool_name)
+    result: dict = {"version": tool.version(), "bytes": workloads.state_bytes("W7", scale)}
+    jax.devices()
+    result["runtime_rss_kib"] = status_kib("VmRSS")
+    folder = safetensors_files.model_dir(root)
+    if not os.path.exists(safetensors_files.index_path(root)):
+        raise FileNotFoundError(f"{folder}: the suite writes the model first "
+                                "(safetensors_files.py)")
+    if op.endswith("_cold"):
+        result["cold"] = evict(folder, drop_caches)
+    else:
+        warm(folder)
+    target = workloads.jax_target("W7", scale, "tp" if op.startswith("reshard") else "fsdp")
+    gc.collect()
+    result["rss_before_kib"] = status_kib("VmRSS")
+    reset_peak_rss()
+    start = time.perf_counter()
+    loaded = tool.load(root, target, scale)
+    result["seconds"] = time.perf_counter() - start
+    result["peak_rss_kib"] = status_kib("VmHWM")
+    result["verified"] = verify_model(loaded, target, scale)
+    return result
+
+
+def verify_model(loaded, target, scale: str) -> bool:
+    """Every shard of every leaf equals the expected values, bit for bit,
+    and sits on the target's sharding."""
+    import numpy as np
+
+    import model_loaders
+    for leaf in workloads.leaves("W7", scale):
+        value = model_loaders.lookup(loaded, leaf)
+        want = get_leaf(target, leaf.path)
+        if value.shape != want.shape or value.dtype != want.dtype:
+            return False
+        if not value.sharding.is_equivalent_to(want.sharding, len(want.shape)):
+            return False
+        expected = workloads.leaf_values(leaf)
+        for shard in value.addressable_shards:
+            if np.asarray(shard.data).tobytes() != expected[shard.index].tobytes():
+                return False
+    return True
+
+
 def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
              drop_caches: bool) -> dict:
+    if workload == "W7":
+        return run_model_load(tool_name, op, scale, root, drop_caches)
     import tools
     tool = tools.make(tool_name)
     join = s3_objects.join if s3_objects.is_s3(root) else os.path.join
@@ -381,7 +445,7 @@ class NotApplicable(Exception):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool")
-    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6"])
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6", "W7"])
     parser.add_argument("op")
     parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
     parser.add_argument("--root", required=True,

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import report_w5
 import report_w6
+import report_w7
 
 MIB = 1 << 20
 PEERS = ("orbax", "dcp")
@@ -148,9 +150,20 @@ def verdicts(results) -> list[dict]:
                  _verdict(name, f"{(multi - single) * 1000:.1f} ms (tiny save: "
                                 f"{_fmt_s(multi)} in 2 processes vs {_fmt_s(single)} in one)",
                           multi - single < 0.05))
+    v = [x for x in v if _ran(results, x["target"])]
     v += report_w5.verdicts(results)
     v += report_w6.verdicts(results)
+    v += report_w7.verdicts(results)
     return v
+
+
+def _ran(results, target: str) -> bool:
+    """Whether the workload a W1-W4 target names was part of the run (or
+    recorded as not run), so that a run of other workloads alone lists
+    only its own targets."""
+    named = re.search(r"\bW\d\b", target)
+    return (named is None or named.group() in results["config"]["workloads"]
+            or named.group() in results.get("not_run", {}))
 
 
 def _cell(e):
@@ -249,6 +262,8 @@ def render(results) -> str:
         "W4 = W1 as a 2-process × 4-device job"
         + ("; W5 = W1 on an S3 server" if "W5" in cfg["workloads"] else "")
         + ("; W6 = W1's and W2's states in a training loop" if "W6" in cfg["workloads"]
+           else "")
+        + ("; W7 = a bfloat16 model in safetensors files" if "W7" in cfg["workloads"]
            else "") + ".",
         f"- Each cell: median of {cfg['reps']} repetition(s) (min–max), every measurement in "
         "a fresh process; tools interleaved per repetition.",
@@ -270,6 +285,7 @@ def render(results) -> str:
             out += ["", f"## {titles[workload]}", ""] + table
     out += report_w5.section(results)
     out += report_w6.section(results)
+    out += report_w7.section(results)
     out += ["", "Ratios: `peer best ÷ shardkeep` > 1 means shardkeep is faster than that "
             "peer's fastest configuration; `shardkeep ÷ floor` is the time over the machine's "
             "floor for the same bytes (write+fsync, sequential read, memcpy). "

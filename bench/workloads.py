@@ -4,7 +4,8 @@ W1 is a Llama-style training state: bfloat16 parameters plus float32 Adam
 moments (mu, nu) of the same shapes, a few hundred leaves, FSDP-sharded
 over 8 devices (first dimension split 8 ways). W2 is 2,000 small float32
 leaves of 1-64 KiB. W3 is W1 on tmpfs; W4 is W1 in a 2-process job; W5
-is W1 on an S3 server.
+is W1 on an S3 server. W7 is a bfloat16 model (W1's parameter shapes,
+six times as many layers) in Hugging Face-style safetensors files.
 
 Values are deterministic per leaf (seeded by its position), so every tool
 saves identical bytes.
@@ -24,6 +25,9 @@ LLAMA_SCALES = {
     "full": (1344, 3584, 32000, 16),   # ~4.0 GiB
 }
 SMALL_LEAF_COUNT = 2000
+# W7: W1's parameter shapes with this many times its layers, bfloat16 only,
+# so that the full scale holds ~4 GiB of parameters (tiny ~40 MiB, small ~245 MiB).
+MODEL_LAYER_FACTOR = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +49,10 @@ def _np_dtype(name: str):
     return np.dtype(name)
 
 
-def llama_param_shapes(scale: str) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+def llama_param_shapes(scale: str, layer_factor: int = 1
+                       ) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
     d, f, vocab, layers = LLAMA_SCALES[scale]
+    layers *= layer_factor
     shapes = [(("embed", "embedding"), (vocab, d))]
     for i in range(layers):
         layer = f"layers_{i}"
@@ -74,6 +80,9 @@ def leaves(workload: str, scale: str) -> list[Leaf]:
             for path, shape in llama_param_shapes(scale):
                 out.append(Leaf(prefix + path, shape, dtype, len(out)))
         return out
+    if workload == "W7":
+        return [Leaf(path, shape, "bfloat16", i) for i, (path, shape)
+                in enumerate(llama_param_shapes(scale, MODEL_LAYER_FACTOR))]
     if workload == "W2":
         rng = np.random.default_rng(2)
         out = []
@@ -108,6 +117,12 @@ def leaf_values(leaf: Leaf, rows: slice | None = None) -> np.ndarray:
         parts.append(values[lo * inner:hi * inner])
     values = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return values.reshape((stop - start,) + tuple(shape[1:])).astype(_np_dtype(leaf.dtype))
+
+
+def tensor_name(leaf: Leaf) -> str:
+    """W7: the leaf's tensor name in the safetensors files, its keys joined
+    by "." (shardkeep.load_safetensors' default mapping)."""
+    return ".".join(leaf.path)
 
 
 def nest(items: list[tuple[tuple[str, ...], object]]) -> dict:
@@ -176,7 +191,7 @@ def jax_target(workload: str, scale: str, layout: str):
 def _with_step(workload: str, tree: dict, step):
     """Adds the step counter as a replicated global array (a process-local
     scalar cannot be saved by a multi-process job)."""
-    if workload != "W2":
+    if workload not in ("W2", "W7"):
         import jax
         from jax.sharding import NamedSharding, PartitionSpec as P
         replicated = NamedSharding(fsdp_mesh(), P())
