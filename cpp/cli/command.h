@@ -21,5 +21,6 @@ void AddGcCommand(CLI::App& app, int& exit_code);
 void AddVerifyCommand(CLI::App& app, int& exit_code);
 void AddCpCommand(CLI::App& app, int& exit_code);
 void AddExportCommand(CLI::App& app, int& exit_code);
+void AddConvertCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardkeep::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   shardkeep::cli::AddRmCommand(app, exit_code);
   shardkeep::cli::AddGcCommand(app, exit_code);
   shardkeep::cli::AddExportCommand(app, exit_code);
+  shardkeep::cli::AddConvertCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

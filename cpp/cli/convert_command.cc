@@ -1,0 +1,76 @@
+// `shardkeep convert SRC DST --from orbax|dcp|safetensors [--allow-pickle]`:
+// writes a shardkeep checkpoint from another format's. Orbax checkpoints
+// are read with tensorstore and DCP ones with torch, both Python
+// libraries, so the conversion runs in the Python package this program was
+// installed with (`python -m shardkeep.convert_command`, beside it in the
+// environment's bin folder); this command only finds that interpreter and
+// hands over its arguments.
+#include <unistd.h>
+
+#include <climits>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace shardkeep::cli {
+namespace {
+
+// The Python interpreter of the environment this program is installed in,
+// or "" when there is none (a C++-only installation).
+std::string EnvironmentPython() {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "";
+  std::string bin(self, static_cast<size_t>(n));
+  bin = bin.substr(0, bin.rfind('/'));
+  for (const char* name : {"/python3", "/python"}) {
+    if (access((bin + name).c_str(), X_OK) == 0) return bin + name;
+  }
+  return "";
+}
+
+int Run(const std::string& src, const std::string& dst, const std::string& from,
+        bool allow_pickle) {
+  const std::string python = EnvironmentPython();
+  if (python.empty()) {
+    std::cerr << "shardkeep convert: no Python interpreter beside this program: convert "
+                 "runs shardkeep's Python package (Orbax is read with tensorstore, DCP with "
+                 "torch); use the shardkeep installed by `pip install shardkeep`\n";
+    return kFailed;
+  }
+  std::vector<std::string> args = {python, "-m", "shardkeep.convert_command", src, dst,
+                                   "--from", from};
+  if (allow_pickle) args.push_back("--allow-pickle");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  execv(python.c_str(), argv.data());
+  std::cerr << "shardkeep convert: cannot run " << python << "\n";
+  return kFailed;
+}
+
+}  // namespace
+
+void AddConvertCommand(CLI::App& app, int& exit_code) {
+  CLI::App* command = app.add_subcommand(
+      "convert", "Write a shardkeep checkpoint from an Orbax, PyTorch DCP or safetensors one "
+                 "(runs shardkeep's Python package)");
+  auto src = std::make_shared<std::string>();
+  auto dst = std::make_shared<std::string>();
+  auto from = std::make_shared<std::string>();
+  auto allow_pickle = std::make_shared<bool>(false);
+  command->add_option("SRC", *src, "The checkpoint to convert (path or s3:// URL)")->required();
+  command->add_option("DST", *dst, "Where to write the shardkeep checkpoint")->required();
+  command->add_option("--from", *from, "The source's format")
+      ->required()
+      ->check(CLI::IsMember({"orbax", "dcp", "safetensors"}));
+  command->add_flag("--allow-pickle", *allow_pickle,
+                    "DCP only: unpickle its metadata file (run code from the checkpoint: "
+                    "only for checkpoints you trust)");
+  command->callback([=, &exit_code] { exit_code = Run(*src, *dst, *from, *allow_pickle); });
+}
+
+}  // namespace shardkeep::cli
