@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from typing import Any, Iterator
 
 from .. import options as options_lib
@@ -74,7 +75,11 @@ def _leaves(src, source_format: str, allow_pickle: bool,
         yield item.where, item.leaves
         return
     threads = options.io_threads or min(_MAX_READ_THREADS, os.cpu_count() or 1)
-    with thread_reads(threads) as pool:
+    with thread_reads(threads) as pool, warnings.catch_warnings():
+        # DCP warns on every load outside a process group, which is how
+        # each key is read here on purpose.
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is .*single process",
+                                category=UserWarning)
         checkpoint = dcp.DcpCheckpoint(src, allow_pickle=allow_pickle, pool=pool)
         yield checkpoint.where, checkpoint.leaves
 

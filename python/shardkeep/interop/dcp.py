@@ -130,13 +130,16 @@ class DcpCheckpoint:
         reader = _reader_class(self._dcp)(self.directory, self._metadata)
         try:
             self._dcp.load(state_dict, storage_reader=reader, no_dist=True)
-        except FileNotFoundError as e:
-            raise NotFoundError(f"{where}: data file {e.filename or e} is missing") from e
-        except Exception as e:  # torch.load and DCP raise assorted types on bad bytes
+        except (Exception, self._dcp.api.CheckpointException) as e:
+            cause = _first_failure(e)
+            if isinstance(cause, FileNotFoundError):
+                raise NotFoundError(f"{where}: data file {cause.filename or cause} is"
+                                    " missing") from e
+            # torch.load and DCP raise assorted types on bad bytes.
             files = sorted({info.relative_path for index, info in
                             self._metadata.storage_data.items() if index.fqn == fqn})
             raise CorruptionError(f"{where}: reading it from {', '.join(files)} failed:"
-                                  f" {_first_line(e)}") from e
+                                  f" {_first_line(cause)}") from e
         return state_dict
 
 
@@ -154,6 +157,15 @@ def _reader_class(dcp):
             return self._known_metadata
 
     return KnownMetadataReader
+
+
+def _first_failure(e: BaseException) -> BaseException:
+    """The error behind DCP's CheckpointException (one per rank; we are one)."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        wrapped = next(iter(failures.values()))
+        return wrapped[0] if isinstance(wrapped, tuple) else wrapped
+    return e
 
 
 def _first_line(e: BaseException) -> str:
