@@ -292,6 +292,22 @@ def test_strings_none_and_empty_containers(tmp_path):
     assert sk.load_orbax(tmp_path / "ckpt", target)["note"] == "hello"
 
 
+def test_optax_state_loads_into_its_own_classes(tmp_path):
+    optax = pytest.importorskip("optax")
+    params = {"w": jnp.arange(16.0).reshape(8, 2), "b": jnp.ones(2, jnp.bfloat16)}
+    optimizer = optax.adam(1e-2)
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), params)
+    _, opt_state = optimizer.update(grads, optimizer.init(params), params)
+    state = {"params": params, "opt": opt_state}  # (ScaleByAdamState, EmptyState)
+    _save_standard(str(tmp_path / "ckpt"), state)
+    target = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_fsdp(a.shape or (1,))
+                                       if a.ndim else _replicated(())), state)
+    loaded = sk.load_orbax(tmp_path / "ckpt", target)
+    assert jax.tree.structure(loaded) == jax.tree.structure(state)
+    jax.tree.map(lambda got, want: assert_same_bits(got, want), loaded, state)
+
+
 def test_a_checkpoint_manager_root_or_several_items_ask_for_one(saved):
     step = saved[0]["manager_named_item"]  # <root>/9/state
     step_dir, root = os.path.dirname(step), os.path.dirname(os.path.dirname(step))

@@ -35,9 +35,7 @@ def load_all(where: str, leaves: Sequence[SourceLeaf], target: Any, *,
         return nest(where, [(leaf.keys, value) for leaf, value in zip(leaves, values)])
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
-    # Empty containers are structure, not leaves, in a target's flattening.
-    by_path = {leaf.path: leaf for leaf in leaves
-               if leaf.value is not EMPTY_DICT and leaf.value is not EMPTY_LIST}
+    by_path = {leaf.path: leaf for leaf in leaves}
     _check_same_leaves(where, paths, by_path)
     puts = _DevicePuts()
     finishers = [_plan(where, by_path[path], t, puts, allow_lossy_cast)
@@ -51,7 +49,7 @@ def _check_same_leaves(where: str, paths: list[str], by_path: dict[str, SourceLe
         dup = sorted({p for p in paths if paths.count(p) > 1})
         raise InvalidArgumentError(f"{where}: target leaves share key paths {_listing(dup)}")
     missing = [p for p in paths if p not in by_path]
-    extra = sorted(set(by_path) - set(paths))
+    extra = sorted(p for p in set(by_path) - set(paths) if not _is_empty_node(by_path[p]))
     if missing or extra:
         problems = []
         if missing:
@@ -59,6 +57,14 @@ def _check_same_leaves(where: str, paths: list[str], by_path: dict[str, SourceLe
         if extra:
             problems.append(f"checkpoint leaves not in the target: {_listing(extra)}")
         raise IncompatibleError(f"{where}: tree mismatch; " + "; ".join(problems))
+
+
+def _is_empty_node(leaf: SourceLeaf) -> bool:
+    """An empty container, or a None that may stand for one (Orbax records
+    empty nodes such as optax's EmptyState as None): a target's flattening
+    has no leaf for them, so they need no counterpart there."""
+    return not leaf.is_array and (leaf.value is None or leaf.value is EMPTY_DICT
+                                  or leaf.value is EMPTY_LIST)
 
 
 def _listing(paths: list[str]) -> str:
