@@ -3,6 +3,8 @@ has, loaded onto other shardings and converted: bit-exact, every shard."""
 
 import io
 import os
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -204,6 +206,27 @@ def test_replicated_boxes_are_read_once_and_fsdp_reads_only_own_rows(saved, monk
     sk.load_orbax(path, _target(host, _fsdp))
     w_reads = sorted(r for r in reads if r[0] == "params/w")
     assert w_reads == [("params/w", (2 * i, 0), (2, 8)) for i in range(8)]
+
+
+def test_a_job_saved_by_two_processes_loads_on_four_reading_own_boxes(tmp_path):
+    sys.path.insert(0, str(pathlib.Path(__file__).with_name("multiprocess")))
+    import harness
+
+    path = str(tmp_path / "ckpt")
+    harness.run_job(2, 4, "interop_scenarios:save_orbax", {"path": path}, timeout=240)
+    results = harness.run_job(4, 2, "interop_scenarios:load_orbax", {"path": path},
+                              timeout=240)
+    # w (16x8) on the 2x4 ("data", "model") mesh as P("model", "data"):
+    # each process's two devices hold two distinct 4x4 boxes; r (replicated)
+    # is read once by each process. The processes' boxes tile w exactly.
+    w_boxes = []
+    for result in results:
+        reads = result["reads"]
+        assert [r for r in reads if r[0] == "r"] == [["r", [0], [8]]]
+        mine = [tuple(map(tuple, r[1:])) for r in reads if r[0] == "w"]
+        assert len(mine) == 2 and all(extent == (4, 4) for _, extent in mine)
+        w_boxes += mine
+    assert sorted(w_boxes) == [((r, c), (4, 4)) for r in (0, 4, 8, 12) for c in (0, 4)]
 
 
 def test_key_paths_escape_like_shardkeep(saved):
