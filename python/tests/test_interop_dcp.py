@@ -130,6 +130,31 @@ def test_converted_loads_onto_shardings_bit_exact(saved, converted, sharding_of)
                 assert_same_bits(np.asarray(shard.data), want[shard.index])
 
 
+def test_every_torch_dtype_with_a_numpy_form_keeps_its_bits(tmp_path):
+    gen = torch.Generator().manual_seed(5)
+    raw = torch.randint(0, 256, (6, 4), dtype=torch.uint8, generator=gen)
+    names = ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32",
+             "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
+             "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+             "float8_e5m2fnuz", "float8_e8m0fnu"]
+    sd = {}
+    for name in names:  # arbitrary bit patterns (NaNs included), 6x4 elements each
+        dtype = getattr(torch, name)
+        size = torch.empty((), dtype=dtype).element_size()
+        sd[name] = raw.repeat(1, size).view(dtype) if name != "bool" else raw > 127
+    path = str(tmp_path / "ckpt")
+    dcp.save(sd, checkpoint_id=path, no_dist=True)
+    dst = str(tmp_path / "out")
+    sk.convert(path, dst, source_format="dcp", allow_pickle=True)
+    loaded = sk.load(dst)
+    for name in names:
+        want = sd[name]
+        assert loaded[name].dtype.name == name
+        assert loaded[name].shape == tuple(want.shape)
+        bits = want.view(torch.uint8) if name != "bool" else want.to(torch.uint8)
+        assert loaded[name].tobytes() == bits.numpy().tobytes(), name
+
+
 _SHARDED_SAVE = textwrap.dedent("""
     import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh

@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -67,8 +68,10 @@ class DcpCheckpoint:
         self.where = f"DCP checkpoint {self.directory}"
         self._pool = pool
         self._metadata = self._read_metadata()
-        self.leaves = [self._leaf(fqn, item)
-                       for fqn, item in self._metadata.state_dict_metadata.items()]
+        items = self._metadata.state_dict_metadata
+        values = self._python_values([fqn for fqn, item in items.items()
+                                      if not hasattr(item, "size")])
+        self.leaves = [self._leaf(fqn, item, values) for fqn, item in items.items()]
 
     def _read_metadata(self):
         file = os.path.join(self.directory, ".metadata")
@@ -79,12 +82,21 @@ class DcpCheckpoint:
         except Exception as e:  # any unpickling failure: the file is not DCP metadata
             raise CorruptionError(f"{self.where}: .metadata does not decode: {e!r}") from e
 
-    def _leaf(self, fqn: str, item) -> SourceLeaf:
+    def _python_values(self, fqns: list[str]) -> dict[str, Any]:
+        """The non-tensor values (BytesStorageMetadata: pickles), loaded in
+        one call: they are small and many (an optimizer's step counts)."""
+        if not fqns:
+            return {}
+        named = ", ".join(repr(f) for f in fqns[:3]) + (
+            f" and {len(fqns) - 3} more" if len(fqns) > 3 else "")
+        return self._load(dict.fromkeys(fqns), f"{self.where}: values of keys {named}")
+
+    def _leaf(self, fqn: str, item, values: dict[str, Any]) -> SourceLeaf:
         keys = self._keys(fqn)
         path = key_path(keys)
         where = f"{self.where}: key {fqn!r} (leaf {path!r})"
-        if not hasattr(item, "size"):  # BytesStorageMetadata: a pickled Python value
-            value = self._load({fqn: None}, fqn, where)[fqn]
+        if fqn in values:
+            value = values[fqn]
             if value is not None and not isinstance(value, (bool, int, float, str)):
                 raise InvalidArgumentError(
                     f"{where}: holds a {type(value).__name__}; shardkeep stores Python values"
@@ -122,11 +134,11 @@ class DcpCheckpoint:
             tensor = view.view(torch_dtype)
         else:
             tensor = self._torch.from_numpy(array)
-        self._load({fqn: tensor}, fqn, where)
+        self._load({fqn: tensor}, where)
         return array
 
-    def _load(self, state_dict: dict, fqn: str, where: str) -> dict:
-        """DCP's own load of one key, metadata not unpickled again."""
+    def _load(self, state_dict: dict, where: str) -> dict:
+        """DCP's own load of ``state_dict``'s keys, metadata not unpickled again."""
         reader = _reader_class(self._dcp)(self.directory, self._metadata)
         try:
             self._dcp.load(state_dict, storage_reader=reader, no_dist=True)
@@ -137,7 +149,7 @@ class DcpCheckpoint:
                                     " missing") from e
             # torch.load and DCP raise assorted types on bad bytes.
             files = sorted({info.relative_path for index, info in
-                            self._metadata.storage_data.items() if index.fqn == fqn})
+                            self._metadata.storage_data.items() if index.fqn in state_dict})
             raise CorruptionError(f"{where}: reading it from {', '.join(files)} failed:"
                                   f" {_first_line(cause)}") from e
         return state_dict
