@@ -82,17 +82,17 @@ def _save_manager_named(path, tree):
 
 def _save_v1(path, tree):
     from orbax.checkpoint.experimental import v1
-    v1.save_pytree(path, tree)
+    v1.save(path, tree)  # the pytree goes to <path>/state
 
 
-# Layout name -> (saver, whether the version at hand has it). Savers return
-# the path to load when it is not the saved path itself.
+# Layout name -> saver. Savers return the path to load when it is not the
+# saved path itself.
 _LAYOUTS = {
     "standard_ocdbt": _save_standard,
     "per_array_zarr2": _save_per_array,
     "manager_step": _save_manager_default,
     "manager_named_item": _save_manager_named,
-    "v1_save_pytree": _save_v1,
+    "v1_save": _save_v1,
 }
 
 
@@ -101,7 +101,7 @@ def _has_v1():
         from orbax.checkpoint.experimental import v1  # noqa: F401
     except ImportError:
         return False
-    return hasattr(v1, "save_pytree")
+    return hasattr(v1, "save")
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +111,8 @@ def saved(tmp_path_factory):
     tree = dict(_device_tree(host), step=3)
     root = tmp_path_factory.mktemp("orbax")
     paths = {}
-    # v1 last: its save leaves orbax's shared metadata writer shut, so a
-    # later v0 save in the same process would fail.
     for layout, saver in _LAYOUTS.items():
-        if layout == "v1_save_pytree" and not _has_v1():
+        if layout == "v1_save" and not _has_v1():
             continue
         path = str(root / layout)
         paths[layout] = saver(path, tree) or path
@@ -158,7 +156,7 @@ def _assert_shards_exact(array, expected):
 def _layout_available(saved, layout):
     paths, _ = saved
     if layout not in paths:
-        pytest.skip("this orbax-checkpoint has no v1 save_pytree")
+        pytest.skip("this orbax-checkpoint has no v1 save")
     return paths[layout]
 
 
@@ -349,6 +347,17 @@ def test_several_pytree_items_are_listed(tmp_path):
     with pytest.raises(sk.InvalidArgumentError, match=r"several Orbax items \(a, b\)"):
         sk.load_orbax(tmp_path / "1")
     assert_same_bits(sk.load_orbax(tmp_path / "1" / "b")["y"], np.ones(3))
+
+
+def test_v1_checkpointables_are_items_to_choose_from(tmp_path):
+    if not _has_v1():
+        pytest.skip("this orbax-checkpoint has no v1 API")
+    from orbax.checkpoint.experimental import v1
+    v1.save_checkpointables(str(tmp_path / "ckpt"), {"params": {"w": np.arange(3.0)},
+                                                      "opt": {"m": np.zeros(3, np.int8)}})
+    with pytest.raises(sk.InvalidArgumentError, match=r"several Orbax items \(opt, params\)"):
+        sk.load_orbax(tmp_path / "ckpt")
+    assert_same_bits(sk.load_orbax(tmp_path / "ckpt" / "params")["w"], np.arange(3.0))
 
 
 def _fresh_per_array_checkpoint(tmp_path):

@@ -58,11 +58,13 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
         progress = Progress(f"convert {os.fspath(src)}", len(leaves),
                             sum(leaf.nbytes for leaf in leaves))
         entries = []
-        for leaf, value in read_ahead(leaves, window):
-            entries.append((leaf.keys, value))
-            progress.advance(1, leaf.nbytes)
+        try:
+            for leaf, value in read_ahead(leaves, window):
+                entries.append((leaf.keys, value))
+                progress.advance(1, leaf.nbytes)
+        finally:
+            progress.finish()
         tree = nest(where, entries)
-        progress.finish()
     save(dst, tree, options=options)
 
 

@@ -18,7 +18,7 @@ What orbax-checkpoint writes (checked against 0.12.8), for one pytree item:
 An item folder is where ``StandardCheckpointer`` / ``PyTreeCheckpointer``
 saved, ``<step>/<item>`` in a ``CheckpointManager`` directory (``default``
 for a single unnamed item), and ``<path>/<name>`` for the v1 API's
-``save_pytree`` and ``save_checkpointables``.
+``save`` / ``save_pytree`` (``state``) and ``save_checkpointables``.
 
 The JSON files are read here; the arrays (OCDBT B-trees, zarr codecs,
 chunks) only through tensorstore, the library that defines them.
@@ -53,7 +53,7 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
 
     ``path`` is the folder Orbax saved the pytree to (``_METADATA`` in
     it), or a folder holding exactly one such item (a ``CheckpointManager``
-    step, or a v1 ``save_pytree`` path). ``target`` follows
+    step, or a v1 ``save`` path). ``target`` follows
     ``shardkeep.load``: ``jax.ShapeDtypeStruct`` leaves with shardings give
     ``jax.Array``s of those shardings, each process reading from storage
     only the boxes its devices hold (each distinct box once); numpy or
