@@ -191,8 +191,8 @@ def test_replicated_boxes_are_read_once_and_fsdp_reads_only_own_rows(saved, monk
     reads = []
 
     class CountingRead(orbax_reader._NamedRead):
-        def __init__(self, future, where, origin, extent):
-            super().__init__(future, where, origin, extent)
+        def __init__(self, out, future, where, origin, extent):
+            super().__init__(out, future, where, origin, extent)
             reads.append((where.split("'")[1], tuple(origin), tuple(extent)))
 
     monkeypatch.setattr(orbax_reader, "_NamedRead", CountingRead)

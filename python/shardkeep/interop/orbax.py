@@ -96,7 +96,8 @@ def open_item(path, options: options_lib.Options) -> OrbaxItem:
     opener = _ArrayOpener(ts, directory, meta, options)
     pending = [(e, opener.open(e["param"]) if e["value_type"] in _ARRAY_TYPES else None)
                for e in entries]
-    return OrbaxItem(directory, [_leaf(directory, e, opened, strings) for e, opened in pending])
+    return OrbaxItem(directory, [_leaf(ts, directory, e, opened, strings)
+                                   for e, opened in pending])
 
 
 def find_item_folder(path: str) -> str:
@@ -160,7 +161,7 @@ def _tree_entries(directory: str, meta: Any) -> list[dict]:
     return entries
 
 
-def _leaf(directory: str, entry: dict, opened, strings: dict) -> SourceLeaf:
+def _leaf(ts, directory: str, entry: dict, opened, strings: dict) -> SourceLeaf:
     keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]
     path = key_path(keys)
     where = f"Orbax checkpoint {directory}: leaf {path!r} (array {param!r})"
@@ -175,12 +176,17 @@ def _leaf(directory: str, entry: dict, opened, strings: dict) -> SourceLeaf:
     if any(m != 0 for m in store.domain.inclusive_min):
         raise IncompatibleError(f"{where}: its domain {store.domain} does not start at 0")
 
-    def read_box(origin, extent, store=store):
-        index = tuple(slice(o, o + n) for o, n in zip(origin, extent))
-        return _NamedRead(store[index].read() if index else store.read(), where, origin, extent)
+    dtype = np.dtype(store.dtype.numpy_dtype)
 
-    return SourceLeaf(keys, path, where, shape=tuple(store.shape),
-                      dtype=np.dtype(store.dtype.numpy_dtype), read_box=read_box,
+    def read_box(origin, extent, store=store):
+        # Written by tensorstore straight into the array handed out, chunk
+        # by chunk, as Orbax itself reads: no intermediate copy.
+        out = np.empty(extent, dtype)
+        index = tuple(slice(o, o + n) for o, n in zip(origin, extent))
+        source = store[index] if index else store
+        return _NamedRead(out, ts.array(out).write(source), where, origin, extent)
+
+    return SourceLeaf(keys, path, where, shape=tuple(store.shape), dtype=dtype, read_box=read_box,
                       python_scalar=value_type == "scalar")
 
 
@@ -213,16 +219,15 @@ class _ArrayOpener:
 
 
 class _NamedRead:
-    """A tensorstore read whose failure names the leaf and the box."""
+    """A box being read into ``out``; a failure names the leaf and the box."""
 
-    def __init__(self, future, where: str, origin, extent):
-        self._future, self._where = future, where
+    def __init__(self, out: np.ndarray, future, where: str, origin, extent):
+        self._out, self._future, self._where = out, future, where
         self._box = (tuple(origin), tuple(extent))
 
     def result(self) -> np.ndarray:
-        array = _result(self._future,
-                        f"{self._where}, box origin {self._box[0]} extent {self._box[1]}")
-        return array if array.flags.c_contiguous else array.copy(order="C")
+        _result(self._future, f"{self._where}, box origin {self._box[0]} extent {self._box[1]}")
+        return self._out
 
 
 def _result(future, where: str):

@@ -49,8 +49,8 @@ def load_orbax(path: str) -> dict:
     reads = []
 
     class CountingRead(orbax_reader._NamedRead):
-        def __init__(self, future, where, origin, extent):
-            super().__init__(future, where, origin, extent)
+        def __init__(self, out, future, where, origin, extent):
+            super().__init__(out, future, where, origin, extent)
             reads.append([where.split("'")[1], list(origin), list(extent)])
 
     orbax_reader._NamedRead = CountingRead
