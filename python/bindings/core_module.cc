@@ -462,6 +462,14 @@ struct PyReader {
     return new PyReader{ValueOrRaise(std::move(opened), url), url};
   }
 
+  static PyReader* OpenSafetensors(const std::string& url, const Options& options) {
+    StorageLocation location = Locate(url, options);
+    Result<std::unique_ptr<CheckpointReader>> opened = WithoutGil([&] {
+      return CheckpointReader::OpenSafetensors(location.storage, location.path, options);
+    });
+    return new PyReader{ValueOrRaise(std::move(opened), url), url};
+  }
+
   std::string MetaJson(const std::string& name) {
     return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
   }
@@ -671,6 +679,9 @@ NB_MODULE(_core, m) {
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
       .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
 
+  m.def("open_safetensors", &PyReader::OpenSafetensors, "url"_a, "options"_a = Options(),
+        nb::rv_policy::take_ownership,
+        "A Reader of safetensors files: one pytree checkpointable, \"tensors\".");
   m.def("encode_meta",
         [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
         "meta.json's text for a meta dict, checked and written by the core.");

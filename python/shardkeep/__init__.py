@@ -14,6 +14,7 @@ from .interop import convert, load_orbax
 from .load import load, load_checkpointables
 from .manager import CheckpointManager
 from .options import Options
+from .safetensors_load import load_safetensors
 from .s3_settings import S3Settings
 from .save import (SaveFuture, save, save_async, save_checkpointables,
                    save_checkpointables_async)
@@ -24,8 +25,8 @@ __all__ = [
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
-    "convert", "load", "load_checkpointables", "load_orbax", "metadata", "register_kind",
-    "release_staging_memory",
+    "convert", "load", "load_checkpointables", "load_orbax", "load_safetensors", "metadata",
+    "register_kind", "release_staging_memory",
     "save", "save_async",
     "save_checkpointables", "save_checkpointables_async",
 ]

@@ -57,6 +57,8 @@ class FileMapper:
             if found is None:
                 continue
             file, offset, length, checksum = found
+            if checksum is None:
+                continue  # nothing to check it against (safetensors): read it
             if offset % host_memory.XLA_ALIGNMENT:
                 continue  # written before chunks were aligned: XLA would copy it
             try:

@@ -39,6 +39,11 @@ def escape(segment: str) -> str:
     return segment.replace("~", "~0").replace("/", "~1")
 
 
+def unescape(segment: str) -> str:
+    """Inverse of ``escape``."""
+    return segment.replace("~1", "/").replace("~0", "~")
+
+
 def key_str(key) -> str:
     """The unescaped string of one ``jax.tree_util`` key entry."""
     if isinstance(key, _tu.DictKey):

@@ -107,12 +107,13 @@ struct ReadRequest {
 
 // Where a requested box lies when it is stored raw, in the requested dtype,
 // as exactly one chunk: the data file and byte range holding its bytes
-// (row-major), and their XXH3-64 checksum.
+// (row-major), and their XXH3-64 checksum (none for safetensors files,
+// which carry no checksums).
 struct StoredRange {
   std::string file;
   uint64_t offset = 0;
   uint64_t length = 0;
-  uint64_t checksum = 0;
+  std::optional<uint64_t> checksum;
 };
 
 // The checksum stored for each chunk (XXH3-64 of its stored bytes).
@@ -125,6 +126,17 @@ class CheckpointReader {
   static Result<std::unique_ptr<CheckpointReader>> Open(
       std::shared_ptr<Storage> storage, const std::string& path);
   virtual ~CheckpointReader() = default;
+
+  // Opens safetensors files (Hugging Face) as a checkpoint holding one
+  // pytree checkpointable, "tensors", whose leaves are the tensors (key
+  // path: the escaped tensor name), each stored as one raw chunk: Read,
+  // ReadLeaf and Locate work on them as on shardkeep's own chunks, without
+  // checksums. `path` is a .safetensors file, a folder of them, or an index
+  // JSON ({"weight_map": {tensor: file}}). Headers are checked like
+  // shardkeep's own index (docs/INTEROP.md): Corruption names the file.
+  static Result<std::unique_ptr<CheckpointReader>> OpenSafetensors(
+      std::shared_ptr<Storage> storage, const std::string& path,
+      const Options& options = Options());
 
   // The decoded `_SHARDKEEP` as JSON text, and as fields.
   virtual const std::string& commit_json() const = 0;

@@ -1,5 +1,11 @@
 #include "engine/make_visible.h"
 
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <vector>
+
 #include "format/commit_record.h"
 
 namespace shardkeep::internal {
@@ -90,6 +96,83 @@ Status ReplaceByTwoRenames(Storage& storage, const std::string& tmp,
   return synced;
 }
 
+// The commit record at <path>, as a save without rename commits it.
+std::string RecordFile(const std::string& path) {
+  return path + "/" + format::kCommitFileName;
+}
+
+// With `force`: deletes the committed record at the path, returning it
+// (nullopt when there is none). From here until the new record is
+// created, the path holds no checkpoint; the previous one's data stays
+// whole in its folder. An error: the record is (still) there.
+Result<std::optional<std::string>> RemoveRecord(Storage& storage, const std::string& path,
+                                                const std::string& context) {
+  const std::string file = RecordFile(path);
+  Result<std::string> previous = storage.ReadAll(file);
+  if (previous.status().code() == StatusCode::kNotFound) {
+    return std::optional<std::string>();
+  }
+  SK_RETURN_IF_ERROR(
+      previous.status().WithContext(context + ": reading the record it replaces"));
+  const Status deleted = storage.DeleteFile(file);
+  if (deleted.ok() || deleted.code() == StatusCode::kNotFound) {
+    return std::optional<std::string>(std::move(*previous));
+  }
+  // The deletion may have happened all the same.
+  Result<bool> still_there = storage.Exists(file);
+  if (still_there.ok() && !*still_there) {
+    return std::optional<std::string>(std::move(*previous));
+  }
+  const std::string removing = context + ": removing the record of the checkpoint it replaces";
+  if (still_there.ok()) return deleted.WithContext(removing);
+  // Unknown whether it is gone: creating it again either puts it back or
+  // finds it still there; either way the previous checkpoint stays.
+  const Status restored = storage.WriteIfAbsent(file, *previous);
+  if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
+    return deleted.WithContext(removing);
+  }
+  return StorageError(removing + " failed (" + deleted.ToString() +
+                      "), and neither checking for it (" +
+                      still_there.status().ToString() + ") nor putting it back (" +
+                      restored.ToString() + ") worked; if " + file +
+                      " is gone, nothing is committed at " + path);
+}
+
+// The new record could not be created after the previous one was
+// removed: puts the previous one back, so the path holds it again.
+Status RestoreRecord(Storage& storage, const std::string& path, const std::string& previous,
+                     const Status& failure, const std::string& context) {
+  const Status restored = storage.WriteIfAbsent(RecordFile(path), previous);
+  if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
+    return failure.WithContext(context + ": nothing was committed; " +
+                               (restored.ok() ? "the previous checkpoint is back"
+                                              : "another save committed meanwhile"));
+  }
+  return Status(failure.code(),
+                context + " failed (" + failure.ToString() +
+                    ") after removing the record of the checkpoint it replaces, and "
+                    "putting that record back failed too (" + restored.ToString() +
+                    "): nothing is committed at " + path +
+                    "; the previous checkpoint's files are still there, without "
+                    "a record");
+}
+
+// After a commit: every other generation under the path can only lose
+// (the record exists), so it is deleted, and with `force` whatever else
+// was there (a replaced checkpoint in the layout without generations).
+// Best effort: a later commit or the manager's cleanup retries.
+void RemoveOtherGenerations(Storage& storage, const std::string& path,
+                            const std::string& generation, bool force) {
+  Result<std::vector<std::string>> entries = storage.List(path);
+  if (!entries.ok()) return;
+  for (const std::string& entry : *entries) {
+    if (entry == generation || entry == format::kCommitFileName) continue;
+    if (format::IsGenerationFolderName(entry) || force) {
+      (void)storage.DeleteRecursive(path + "/" + entry);
+    }
+  }
+}
+
 }  // namespace
 
 Status DiscardFolder(Storage& storage, const std::string& dir) {
@@ -107,6 +190,81 @@ Status MakeVisible(Storage& storage, const std::string& tmp,
     if (swapped) return SettleExchange(storage, tmp, path);
   }
   return ReplaceByTwoRenames(storage, tmp, path);
+}
+
+Status CheckCommitTarget(Storage& storage, const std::string& path, bool force,
+                         bool generations, const std::string& force_hint) {
+  if (force) return Status::Ok();
+  SK_ASSIGN_OR_RETURN(bool committed, storage.Exists(RecordFile(path)));
+  if (committed) {
+    return AlreadyExistsError("a checkpoint is already committed at " + path + "; " +
+                              force_hint);
+  }
+  Result<std::vector<std::string>> entries = storage.List(path);
+  if (entries.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(entries.status());
+  for (const std::string& entry : *entries) {
+    if (generations && format::IsGenerationFolderName(entry)) continue;
+    if (generations) {
+      return AlreadyExistsError(path + " holds " + entry +
+                                " but no _SHARDKEEP, so it is not a shardkeep checkpoint; " +
+                                force_hint);
+    }
+    return AlreadyExistsError(path + " exists, is not empty and is not a shardkeep "
+                                     "checkpoint; " + force_hint);
+  }
+  return Status::Ok();
+}
+
+// 64 random bits: two saves to one path drawing the same one is not a
+// concern.
+std::string NewGenerationName() {
+  std::random_device device;
+  const uint64_t id = (uint64_t{device()} << 32) ^ device() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now()
+                                                .time_since_epoch()
+                                                .count());
+  char digits[17];
+  std::snprintf(digits, sizeof(digits), "%016llx", static_cast<unsigned long long>(id));
+  return std::string(format::kGenerationPrefix) + digits;
+}
+
+Status CommitGeneration(Storage& storage, const std::string& path,
+                        const std::string& generation, const std::string& record,
+                        bool force, const std::string& context) {
+  std::optional<std::string> replaced;
+  if (force) {
+    SK_ASSIGN_OR_RETURN(replaced, RemoveRecord(storage, path, context));
+  }
+  const std::string file = RecordFile(path);
+  const Status created = storage.WriteIfAbsent(file, record);
+  if (created.ok()) {
+    RemoveOtherGenerations(storage, path, generation, force);
+    return Status::Ok();
+  }
+  if (created.code() == StatusCode::kAlreadyExists) {
+    return AlreadyExistsError(context + ": another save committed " + path + " first (" +
+                              created.ToString() + ")");
+  }
+  // The request failed, but the record may have been stored all the same
+  // (a reply lost on the way back): the record says.
+  Result<std::string> stored = storage.ReadAll(file);
+  if (stored.ok() && *stored == record) {
+    RemoveOtherGenerations(storage, path, generation, force);
+    return Status::Ok();
+  }
+  if (stored.ok()) {
+    return AlreadyExistsError(context + ": another save committed " + path +
+                              " first (writing _SHARDKEEP: " + created.ToString() + ")");
+  }
+  if (stored.status().code() != StatusCode::kNotFound) {
+    return CommitStateUnknownError(
+        context + ": writing " + file + " failed (" + created.ToString() +
+        ") and reading it back failed too (" + stored.status().ToString() +
+        "); the checkpoint may or may not be committed: check it before relying on it");
+  }
+  if (!replaced) return created.WithContext(context + ": nothing was committed");
+  return RestoreRecord(storage, path, *replaced, created, context);
 }
 
 }  // namespace shardkeep::internal

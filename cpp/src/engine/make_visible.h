@@ -1,5 +1,8 @@
-// The commit point of a save: moving the finished temporary checkpoint
-// folder to its path, replacing what is there (a save with `force`).
+// The commit point of a save, and of a copy, which commits the same way:
+// on storage that renames, moving the finished temporary checkpoint folder
+// to its path; on storage without rename (object stores), creating the
+// commit record that names the finished generation folder. Either replaces
+// what is there when asked to (`force`).
 #pragma once
 
 #include <string>
@@ -34,5 +37,28 @@ Status MakeVisible(Storage& storage, const std::string& tmp,
 // through then leaves a folder with no `_SHARDKEEP`, never one whose record
 // still decodes while its data files are partly gone.
 Status DiscardFolder(Storage& storage, const std::string& dir);
+
+// Refuses, unless `force`, a commit at `path` that would replace something:
+// a committed checkpoint, or a folder holding anything else (with
+// `generations`, the layout of storage without rename, the generation
+// folders of other saves are no obstacle: they are not checkpoints).
+// AlreadyExists, ending with `force_hint` ("pass force=True to replace it").
+Status CheckCommitTarget(Storage& storage, const std::string& path, bool force,
+                         bool generations, const std::string& force_hint);
+
+// A fresh generation folder name: ".shardkeep-g" and 16 random hex digits.
+std::string NewGenerationName();
+
+// The commit point on storage without rename: creates <path>/_SHARDKEEP
+// holding `record` (which names `generation`) with WriteIfAbsent. With
+// `force`, the committed record is deleted first and put back if the
+// creation fails. After the commit every other generation at `path` is
+// deleted (with `force`, every other entry), best effort.
+// AlreadyExists: another save committed first. CommitStateUnknown: whether
+// the record exists could not be learnt. `context` opens every message
+// ("save of <path>").
+Status CommitGeneration(Storage& storage, const std::string& path,
+                        const std::string& generation, const std::string& record,
+                        bool force, const std::string& context);
 
 }  // namespace shardkeep::internal

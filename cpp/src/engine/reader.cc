@@ -1,18 +1,16 @@
 // The restore pipeline: open a committed checkpoint, find the chunks that
 // intersect each requested box, read them with few large reads on several
 // threads, verify, decompress, and copy (casting) into the destinations.
-#include <xxhash.h>
-#include <zstd.h>
-
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 
 #include "engine/byte_limiter.h"
+#include "engine/chunk_checks.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
-#include "engine/tiling.h"
+#include "engine/safetensors_source.h"
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
@@ -21,11 +19,10 @@
 namespace shardkeep {
 namespace {
 
-// A stored chunk and the process whose files hold it.
-struct StoredChunk {
-  format::ChunkRecord record;
-  int process;
-};
+using internal::StoredChunk;
+
+// The one checkpointable of a reader of safetensors files.
+constexpr char kSafetensorsName[] = "tensors";
 
 // A checkpointable's meta.json, as stored and decoded.
 struct LoadedMeta {
@@ -95,11 +92,6 @@ class ScratchBuffers {
   std::vector<Buffer> free_;
 };
 
-int ProcessOfIndexFile(const std::string& name) {
-  // DecodeCommitRecord guarantees the "index/p<N>.idx" form.
-  return std::stoi(name.substr(7, name.size() - 11));
-}
-
 class Reader final : public CheckpointReader {
  public:
   Reader(std::shared_ptr<Storage> storage, std::string path,
@@ -108,6 +100,25 @@ class Reader final : public CheckpointReader {
         root_(commit.data_folder ? path_ + "/" + *commit.data_folder : path_),
         commit_(std::move(commit)), commit_json_(std::move(commit_json)),
         info_(InfoOf(commit_)) {}
+
+  // A reader of safetensors files: one pytree checkpointable, already open.
+  Reader(std::shared_ptr<Storage> storage, std::string path,
+         internal::SafetensorsSource source)
+      : Reader(std::move(storage), path, SafetensorsRecord(),
+               format::EncodeCommitRecord(SafetensorsRecord())) {
+    external_files_ = std::move(source.files);
+    auto loaded = std::make_unique<LoadedMeta>();
+    loaded->meta = std::move(source.meta);
+    loaded->json = format::EncodeCheckpointableMeta(loaded->meta);
+    auto part = std::unique_ptr<OpenCheckpointable>(
+        new OpenCheckpointable{loaded->meta, {}});
+    part->chunks_by_leaf.resize(part->meta.leaves.size());
+    for (format::ChunkRecord& chunk : source.chunks) {
+      part->chunks_by_leaf[chunk.leaf].push_back({std::move(chunk), 0});
+    }
+    metas_[kSafetensorsName] = std::move(loaded);
+    open_[kSafetensorsName] = std::move(part);
+  }
 
   const std::string& commit_json() const override { return commit_json_; }
   const CheckpointInfo& Info() const override { return info_; }
@@ -167,9 +178,10 @@ class Reader final : public CheckpointReader {
         out.emplace_back(std::nullopt);
         continue;
       }
-      out.push_back(StoredRange{DataFilePath(name, chunk->process, chunk->record.data_file),
-                                chunk->record.offset, chunk->record.stored_length,
-                                chunk->record.checksum});
+      StoredRange range{DataFilePath(name, chunk->process, chunk->record.data_file),
+                        chunk->record.offset, chunk->record.stored_length, std::nullopt};
+      if (external_files_.empty()) range.checksum = chunk->record.checksum;
+      out.push_back(std::move(range));
     }
     return out;
   }
@@ -236,7 +248,14 @@ class Reader final : public CheckpointReader {
   std::string Folder(const std::string& name) const { return root_ + "/" + name; }
 
   std::string DataFilePath(const std::string& name, int process, uint32_t data_file) const {
+    if (!external_files_.empty()) return external_files_[data_file];
     return Folder(name) + "/" + format::DataFileName(process, data_file);
+  }
+
+  static format::CommitRecord SafetensorsRecord() {
+    format::CommitRecord record;
+    record.checkpointables.push_back({kSafetensorsName, "pytree"});
+    return record;
   }
 
   // Reads and checks meta.json of `name` once (a load asks for it twice:
@@ -274,9 +293,9 @@ class Reader final : public CheckpointReader {
       }
       SK_RETURN_IF_ERROR(bytes.status());
       SK_ASSIGN_OR_RETURN(auto records, format::DecodeIndex(*bytes, file));
-      const int process = ProcessOfIndexFile(index);
+      const int process = internal::ProcessOfIndexFile(index);
       for (auto& record : records) {
-        SK_RETURN_IF_ERROR(CheckRecord(part->meta, record, file));
+        SK_RETURN_IF_ERROR(internal::CheckChunkRecord(part->meta, record, file));
         part->chunks_by_leaf[record.leaf].push_back({std::move(record), process});
       }
     }
@@ -290,74 +309,18 @@ class Reader final : public CheckpointReader {
   // once; then every request inside the leaf is covered exactly too.
   Status CheckTiling(const std::string& name, const OpenCheckpointable& part,
                      size_t leaf) const {
-    const format::LeafMeta& meta = part.meta.leaves[leaf];
-    if (meta.kind != format::LeafKind::kArray) return Status::Ok();
-    const std::vector<StoredChunk>& chunks = part.chunks_by_leaf[leaf];
-    std::vector<const Box*> boxes;
-    boxes.reserve(chunks.size());
-    for (const StoredChunk& chunk : chunks) boxes.push_back(&chunk.record.box);
-    std::optional<internal::TilingFault> fault = internal::FindTilingFault(meta.shape, boxes);
-    if (!fault) return Status::Ok();
-    const std::string where = "checkpoint " + path_ + ": leaf '" + meta.path + "' of " + name;
-    auto index_file = [&](const StoredChunk& chunk) {
-      return Folder(name) + "/" + format::IndexFileName(chunk.process);
-    };
-    if (fault->overlap) {
-      const StoredChunk& a = chunks[fault->overlap->first];
-      const StoredChunk& b = chunks[fault->overlap->second];
-      return CorruptionError(where + ": chunk " + a.record.box.ToString() + " in " +
-                             index_file(a) + " overlaps chunk " + b.record.box.ToString() +
-                             " in " + index_file(b) + " (an index file is damaged)");
-    }
-    std::string files;
     auto listed = commit_.index_files.find(name);
-    if (listed != commit_.index_files.end()) {
-      for (const std::string& index : listed->second) {
-        files += (files.empty() ? "" : ", ") + Folder(name) + "/" + index;
-      }
-    }
-    return CorruptionError(where + ": the chunks in " + (files.empty() ? "no index" : files) +
-                           " cover " + std::to_string(fault->covered) + " of its " +
-                           std::to_string(fault->total) +
-                           " elements (an index file is missing or damaged)");
+    return internal::CheckLeafTiling(
+        part.meta.leaves[leaf], part.chunks_by_leaf[leaf],
+        "checkpoint " + path_ + ": leaf '" + part.meta.leaves[leaf].path + "' of " + name,
+        Folder(name),
+        listed != commit_.index_files.end() ? listed->second : std::vector<std::string>());
   }
 
   // REQUIRES: mu_ held.
   OpenCheckpointable& Remember(const std::string& name,
                                std::unique_ptr<OpenCheckpointable> part) {
     return *(open_[name] = std::move(part));
-  }
-
-  // A record from an untrusted file must agree with meta.json before any of
-  // its numbers is used to size a buffer or address memory.
-  static Status CheckRecord(const format::CheckpointableMeta& meta,
-                            const format::ChunkRecord& record,
-                            const std::string& file) {
-    auto bad = [&](const std::string& what) {
-      return CorruptionError(file + ": chunk of leaf #" +
-                             std::to_string(record.leaf) + " " + what);
-    };
-    if (record.leaf >= meta.leaves.size()) return bad("names no leaf of meta.json");
-    const format::LeafMeta& leaf = meta.leaves[record.leaf];
-    if (leaf.kind != format::LeafKind::kArray) return bad("belongs to a non-array leaf");
-    Box whole{std::vector<uint64_t>(leaf.shape.size(), 0), leaf.shape};
-    if (!Contains(whole, record.box)) {
-      return bad("has box " + record.box.ToString() + " outside shape " +
-                 whole.ToString());
-    }
-    SK_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(leaf.dtype));
-    // Cannot overflow (the box lies inside a leaf of at most 2^63 bytes),
-    // but a size from a file is never multiplied unchecked.
-    std::optional<uint64_t> box_bytes = CheckedByteSize(record.box.shape, DTypeSize(dtype));
-    if (!box_bytes || record.raw_length != *box_bytes) {
-      return bad("has raw length " + std::to_string(record.raw_length) +
-                 " that does not match its box");
-    }
-    if (record.codec == format::Codec::kRaw &&
-        record.stored_length != record.raw_length) {
-      return bad("is raw but its stored and raw lengths differ");
-    }
-    return Status::Ok();
   }
 
   Status Plan(const std::string& name, OpenCheckpointable& part,
@@ -495,20 +458,8 @@ class Reader final : public CheckpointReader {
       SK_RETURN_IF_ERROR(Verify(part, *read, stored, file));
       const uint8_t* raw = stored;
       if (record.codec == format::Codec::kZstd) {
-        // The frame states its size; a frame that disagrees with the
-        // record is refused before anything is allocated for it.
-        if (ZSTD_getFrameContentSize(stored, record.stored_length) != record.raw_length) {
-          return CorruptionError(ChunkWhere(part, *read, file) +
-                                 " is not a zstd frame of its recorded length " +
-                                 std::to_string(record.raw_length));
-        }
-        decompressed.resize(record.raw_length);
-        const size_t n = ZSTD_decompress(decompressed.data(), record.raw_length,
-                                         stored, record.stored_length);
-        if (ZSTD_isError(n) || n != record.raw_length) {
-          return CorruptionError(ChunkWhere(part, *read, file) +
-                                 " does not decompress to its recorded length");
-        }
+        SK_RETURN_IF_ERROR(internal::DecompressChunk(
+            record, stored, decompressed, part.meta.leaves[record.leaf].path, file));
         raw = decompressed.data();
       }
       SK_ASSIGN_OR_RETURN(DType stored_dtype,
@@ -540,19 +491,15 @@ class Reader final : public CheckpointReader {
   std::string ChunkWhere(const OpenCheckpointable& part, const ChunkRead& read,
                          const std::string& file) const {
     const auto& record = read.chunk->record;
-    return "chunk " + record.box.ToString() + " of leaf '" +
-           part.meta.leaves[record.leaf].path + "' in " + file + " at offset " +
-           std::to_string(record.offset);
+    return internal::DescribeChunk(record, part.meta.leaves[record.leaf].path, file);
   }
 
   Status Verify(const OpenCheckpointable& part, const ChunkRead& read,
                 const uint8_t* stored, const std::string& file) const {
+    if (!external_files_.empty()) return Status::Ok();  // safetensors: no checksums
     const auto& record = read.chunk->record;
-    if (XXH3_64bits(stored, record.stored_length) != record.checksum) {
-      return CorruptionError("checksum mismatch: " + ChunkWhere(part, read, file) +
-                             " has changed since it was written");
-    }
-    return Status::Ok();
+    return internal::CheckChunkChecksum(record, stored,
+                                        part.meta.leaves[record.leaf].path, file);
   }
 
   std::shared_ptr<Storage> storage_;
@@ -566,9 +513,21 @@ class Reader final : public CheckpointReader {
   std::map<std::string, std::unique_ptr<OpenCheckpointable>> open_;
   std::mutex sizes_mu_;  // guards file_sizes_ (taken by reader threads)
   std::map<std::string, uint64_t> file_sizes_;
+  // Safetensors files: a chunk's data_file indexes them. Empty otherwise.
+  std::vector<std::string> external_files_;
 };
 
 }  // namespace
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenSafetensors(
+    std::shared_ptr<Storage> storage, const std::string& path, const Options& options) {
+  SK_ASSIGN_OR_RETURN(internal::SafetensorsSource source,
+                      internal::OpenSafetensorsSource(*storage, path,
+                                                      options.ResolvedIoThreads()));
+  std::unique_ptr<CheckpointReader> reader =
+      std::make_unique<Reader>(std::move(storage), path, std::move(source));
+  return reader;
+}
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     std::shared_ptr<Storage> storage, const std::string& path) {

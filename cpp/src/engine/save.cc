@@ -87,7 +87,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -110,6 +109,7 @@ namespace shardkeep {
 namespace {
 
 constexpr char kTmpSuffix[] = ".shardkeep-tmp";
+constexpr char kForceHint[] = "pass force=True to replace it";
 
 // How a save becomes visible, chosen from the storage's features.
 enum class CommitStrategy {
@@ -122,20 +122,6 @@ CommitStrategy ChooseStrategy(const StorageFeatures& features) {
   if (features.atomic_rename) return CommitStrategy::kRename;
   if (features.conditional_create) return CommitStrategy::kGenerations;
   return CommitStrategy::kNone;
-}
-
-// A fresh generation folder name. 64 random bits: two saves to one path
-// drawing the same one is not a concern.
-std::string NewGenerationName() {
-  std::random_device device;
-  const uint64_t id = (uint64_t{device()} << 32) ^ device() ^
-                      static_cast<uint64_t>(std::chrono::steady_clock::now()
-                                                .time_since_epoch()
-                                                .count());
-  char digits[17];
-  std::snprintf(digits, sizeof(digits), "%016llx",
-                static_cast<unsigned long long>(id));
-  return std::string(format::kGenerationPrefix) + digits;
 }
 
 int64_t NowNs() {
@@ -500,24 +486,8 @@ class SaveOperation {
   }
 
   Status PrepareTemporaryDir() {
-    const std::string& path = request_.path;
-    SK_ASSIGN_OR_RETURN(bool committed,
-                        storage_->Exists(path + "/" + format::kCommitFileName));
-    if (committed && !request_.force) {
-      return AlreadyExistsError("a checkpoint is already committed at " + path +
-                                "; pass force=True to replace it");
-    }
-    if (!committed) {
-      SK_ASSIGN_OR_RETURN(bool exists, storage_->Exists(path));
-      if (exists) {
-        SK_ASSIGN_OR_RETURN(std::vector<std::string> entries, storage_->List(path));
-        if (!entries.empty() && !request_.force) {
-          return AlreadyExistsError(path +
-                                    " exists, is not empty and is not a shardkeep "
-                                    "checkpoint; pass force=True to replace it");
-        }
-      }
-    }
+    SK_RETURN_IF_ERROR(internal::CheckCommitTarget(*storage_, request_.path, request_.force,
+                                                   /*generations=*/false, kForceHint));
     SK_RETURN_IF_ERROR(internal::DiscardFolder(*storage_, tmp_));
     for (const CheckpointablePayload& part : request_.parts) {
       SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/data"));
@@ -532,26 +502,10 @@ class SaveOperation {
   // goes to the other processes.
   Status PrepareGeneration() {
     const std::string& path = request_.path;
-    generation_ = NewGenerationName();
+    generation_ = internal::NewGenerationName();
     root_ = path + "/" + generation_;
-    SK_ASSIGN_OR_RETURN(bool committed, storage_->Exists(RecordFile()));
-    if (committed && !request_.force) {
-      return AlreadyExistsError("a checkpoint is already committed at " + path +
-                                "; pass force=True to replace it");
-    }
-    if (!committed && !request_.force) {
-      // Generations of saves that failed or are under way are no obstacle.
-      Result<std::vector<std::string>> entries = storage_->List(path);
-      if (!entries.ok() && entries.status().code() != StatusCode::kNotFound) {
-        return entries.status();
-      }
-      for (const std::string& entry : entries.ok() ? *entries : std::vector<std::string>()) {
-        if (format::IsGenerationFolderName(entry)) continue;
-        return AlreadyExistsError(path + " holds " + entry +
-                                  " but no _SHARDKEEP, so it is not a shardkeep "
-                                  "checkpoint; pass force=True to replace it");
-      }
-    }
+    SK_RETURN_IF_ERROR(internal::CheckCommitTarget(*storage_, path, request_.force,
+                                                   /*generations=*/true, kForceHint));
     // Keys need no folders: the writers' files create them.
     if (coordinator_->process_count() == 1) return Status::Ok();
     return coordinator_->KeyValueSet(Key("generation"), generation_)
@@ -716,39 +670,8 @@ class SaveOperation {
     record.committed_ns = NowNs();
     const std::string bytes = format::EncodeCommitRecord(record);
     SK_RETURN_IF_ERROR(ClaimCommit());
-    std::optional<std::string> replaced;
-    if (request_.force) {
-      SK_ASSIGN_OR_RETURN(replaced, RemoveRecord());
-    }
-    const Status created = storage_->WriteIfAbsent(RecordFile(), bytes);
-    if (created.ok()) {
-      RemoveOtherGenerations();
-      return Status::Ok();
-    }
-    const std::string context = "save of " + request_.path;
-    if (created.code() == StatusCode::kAlreadyExists) {
-      return AlreadyExistsError(context + ": another save committed " + request_.path +
-                                " first (" + created.ToString() + ")");
-    }
-    // The request failed, but the record may have been stored all the same
-    // (a reply lost on the way back): the record says.
-    Result<std::string> stored = storage_->ReadAll(RecordFile());
-    if (stored.ok() && *stored == bytes) {
-      RemoveOtherGenerations();
-      return Status::Ok();
-    }
-    if (stored.ok()) {
-      return AlreadyExistsError(context + ": another save committed " + request_.path +
-                                " first (writing _SHARDKEEP: " + created.ToString() + ")");
-    }
-    if (stored.status().code() != StatusCode::kNotFound) {
-      return CommitStateUnknownError(
-          context + ": writing " + RecordFile() + " failed (" + created.ToString() +
-          ") and reading it back failed too (" + stored.status().ToString() +
-          "); the checkpoint may or may not be committed: check it before relying on it");
-    }
-    if (!replaced) return created.WithContext(context + ": nothing was committed");
-    return RestoreRecord(*replaced, created);
+    return internal::CommitGeneration(*storage_, request_.path, generation_, bytes,
+                                      request_.force, "save of " + request_.path);
   }
 
   // On storage without rename, a save still writing when another save to
@@ -764,77 +687,6 @@ class SaveOperation {
     return AlreadyExistsError("save of " + request_.path + ": another save committed " +
                               request_.path + " first, while this one was writing (" +
                               failed.ToString() + ")");
-  }
-
-  // With `force`: deletes the committed record at the path, returning it
-  // (nullopt when there is none). From here until the new record is
-  // created, the path holds no checkpoint; the previous one's data stays
-  // whole in its folder. An error: the record is (still) there.
-  Result<std::optional<std::string>> RemoveRecord() {
-    const std::string file = RecordFile();
-    Result<std::string> previous = storage_->ReadAll(file);
-    if (previous.status().code() == StatusCode::kNotFound) {
-      return std::optional<std::string>();
-    }
-    SK_RETURN_IF_ERROR(previous.status().WithContext("save of " + request_.path +
-                                                     ": reading the record it replaces"));
-    const Status deleted = storage_->DeleteFile(file);
-    if (deleted.ok() || deleted.code() == StatusCode::kNotFound) {
-      return std::optional<std::string>(std::move(*previous));
-    }
-    // The deletion may have happened all the same.
-    Result<bool> still_there = storage_->Exists(file);
-    if (still_there.ok() && !*still_there) {
-      return std::optional<std::string>(std::move(*previous));
-    }
-    const std::string context = "save of " + request_.path +
-                                ": removing the record of the checkpoint it replaces";
-    if (still_there.ok()) return deleted.WithContext(context);
-    // Unknown whether it is gone: creating it again either puts it back or
-    // finds it still there; either way the previous checkpoint stays.
-    const Status restored = storage_->WriteIfAbsent(file, *previous);
-    if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
-      return deleted.WithContext(context);
-    }
-    return StorageError(context + " failed (" + deleted.ToString() +
-                        "), and neither checking for it (" +
-                        still_there.status().ToString() + ") nor putting it back (" +
-                        restored.ToString() + ") worked; if " + file +
-                        " is gone, nothing is committed at " + request_.path);
-  }
-
-  // The new record could not be created after the previous one was
-  // removed: puts the previous one back, so the path holds it again.
-  Status RestoreRecord(const std::string& previous, const Status& failure) {
-    const std::string context = "save of " + request_.path;
-    const Status restored = storage_->WriteIfAbsent(RecordFile(), previous);
-    if (restored.ok() || restored.code() == StatusCode::kAlreadyExists) {
-      return failure.WithContext(context + ": nothing was committed; " +
-                                 (restored.ok() ? "the previous checkpoint is back"
-                                                : "another save committed meanwhile"));
-    }
-    return Status(failure.code(),
-                  context + " failed (" + failure.ToString() +
-                      ") after removing the record of the checkpoint it replaces, and "
-                      "putting that record back failed too (" + restored.ToString() +
-                      "): nothing is committed at " + request_.path +
-                      "; the previous checkpoint's files are still there, without "
-                      "a record");
-  }
-
-  // After a commit: every other generation under the path can only lose
-  // (the record exists), so it is deleted, and with `force` whatever else
-  // was there (a replaced checkpoint in the layout without generations).
-  // Best effort: a later commit or the manager's cleanup retries.
-  void RemoveOtherGenerations() {
-    Result<std::vector<std::string>> entries = storage_->List(request_.path);
-    if (!entries.ok()) return;
-    for (const std::string& entry : *entries) {
-      if (entry == generation_ || entry == format::kCommitFileName) continue;
-      if (format::IsGenerationFolderName(entry) || request_.force) {
-        (void)storage_->DeleteRecursive(request_.path + "/" + entry);
-      }
-    }
   }
 
   std::shared_ptr<Storage> storage_;

@@ -1,4 +1,4 @@
-#include "format/safetensors.h"
+#include "shardkeep/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "format/json_parse.h"
 #include "shardkeep/box.h"
 
-namespace shardkeep::format {
+namespace shardkeep {
 namespace {
 
 constexpr size_t kMaxRank = 64;
@@ -74,7 +74,7 @@ Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view header_json,
                                                   uint64_t file_size,
                                                   const std::string& file) {
   SK_ASSIGN_OR_RETURN(nlohmann::ordered_json j,
-                      ParseJsonObject<nlohmann::ordered_json>(header_json, file));
+                      format::ParseJsonObject<nlohmann::ordered_json>(header_json, file));
   SafetensorsHeader header;
   header.data_start = 8 + header_json.size();
   if (header.data_start > file_size) {
@@ -185,4 +185,4 @@ std::string EncodeSafetensorsHeader(std::vector<SafetensorsTensor>& tensors,
   return out + text;
 }
 
-}  // namespace shardkeep::format
+}  // namespace shardkeep

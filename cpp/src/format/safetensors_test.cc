@@ -1,6 +1,6 @@
 // The safetensors header decoder against a file written by the safetensors
 // library, and against each kind of hostile header.
-#include "format/safetensors.h"
+#include "shardkeep/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -32,7 +32,9 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
       docs/INTEROP.md). Nested state dicts come back nested as DCP recorded
       them; keys DCP did not flatten (module FQNs such as
       "model.layers.0.weight") stay one key each.
-    * "safetensors": through ``shardkeep.load_safetensors``.
+    * "safetensors": a file, a folder of them or an index JSON, through
+      ``shardkeep.load_safetensors`` (tensor names split at '.' into
+      nested dicts).
 
     Leaves are read in parallel, a bounded window ahead of the writer
     (``options.host_memory_limit``, 1 GiB by default), and the tree is
@@ -51,7 +53,7 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
     from ..save import save  # late: shardkeep's package imports this module
 
     if source_format == "safetensors":
-        save(dst, _safetensors_tree(src), options=options)
+        save(dst, _safetensors_tree(src, options), options=options)
         return
     window = options.host_memory_limit or _DEFAULT_WINDOW
     with _leaves(src, source_format, allow_pickle, options) as (where, leaves):
@@ -86,11 +88,9 @@ def _leaves(src, source_format: str, allow_pickle: bool,
         yield checkpoint.where, checkpoint.leaves
 
 
-def _safetensors_tree(src) -> Any:
-    try:
-        from .. import load_safetensors
-    except ImportError as e:
-        raise InvalidArgumentError(
-            "source_format='safetensors' converts through shardkeep.load_safetensors, which"
-            " this build of shardkeep does not have yet") from e
-    return load_safetensors(src)
+def _safetensors_tree(src, options: options_lib.Options) -> Any:
+    from ..safetensors_load import load_safetensors  # late: it needs the extension
+
+    # Loaded mapped from the files where they allow it (options.map_files):
+    # the page cache holds the tensors, not new memory.
+    return load_safetensors(src, options=options)

@@ -1,8 +1,10 @@
 // The safetensors format (Hugging Face): an 8-byte little-endian header
 // length N, N bytes of JSON naming each tensor's dtype, shape and byte
 // range, then the tensors' bytes, row-major and little-endian. Pure
-// encode/decode, no I/O. Files come from untrusted places: the decoder
-// checks every bound (docs/INTEROP.md) and names the file in its errors.
+// encode/decode, no I/O, for the reader (CheckpointReader::OpenSafetensors),
+// the command line's export and C++ programs. Files come from untrusted
+// places: the decoder checks every bound (docs/INTEROP.md) and names the
+// file in its errors.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +17,7 @@
 #include "shardkeep/dtype.h"
 #include "shardkeep/status.h"
 
-namespace shardkeep::format {
+namespace shardkeep {
 
 // The safetensors library refuses headers above 100 MB; so does shardkeep,
 // before reading them.
@@ -65,4 +67,4 @@ std::optional<DType> DTypeFromSafetensorsName(std::string_view name);
 std::string EncodeSafetensorsHeader(std::vector<SafetensorsTensor>& tensors,
                                     const std::map<std::string, std::string>& metadata);
 
-}  // namespace shardkeep::format
+}  // namespace shardkeep

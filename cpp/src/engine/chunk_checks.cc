@@ -1,0 +1,105 @@
+#include "engine/chunk_checks.h"
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <optional>
+
+#include "engine/tiling.h"
+#include "shardkeep/box.h"
+#include "shardkeep/dtype.h"
+
+namespace shardkeep::internal {
+
+int ProcessOfIndexFile(const std::string& name) {
+  return std::stoi(name.substr(7, name.size() - 11));
+}
+
+Status CheckChunkRecord(const format::CheckpointableMeta& meta,
+                        const format::ChunkRecord& record,
+                        const std::string& index_file) {
+  auto bad = [&](const std::string& what) {
+    return CorruptionError(index_file + ": chunk of leaf #" +
+                           std::to_string(record.leaf) + " " + what);
+  };
+  if (record.leaf >= meta.leaves.size()) return bad("names no leaf of meta.json");
+  const format::LeafMeta& leaf = meta.leaves[record.leaf];
+  if (leaf.kind != format::LeafKind::kArray) return bad("belongs to a non-array leaf");
+  Box whole{std::vector<uint64_t>(leaf.shape.size(), 0), leaf.shape};
+  if (!Contains(whole, record.box)) {
+    return bad("has box " + record.box.ToString() + " outside shape " + whole.ToString());
+  }
+  SK_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(leaf.dtype));
+  // Cannot overflow (the box lies inside a leaf of at most 2^63 bytes),
+  // but a size from a file is never multiplied unchecked.
+  std::optional<uint64_t> box_bytes = CheckedByteSize(record.box.shape, DTypeSize(dtype));
+  if (!box_bytes || record.raw_length != *box_bytes) {
+    return bad("has raw length " + std::to_string(record.raw_length) +
+               " that does not match its box");
+  }
+  if (record.codec == format::Codec::kRaw && record.stored_length != record.raw_length) {
+    return bad("is raw but its stored and raw lengths differ");
+  }
+  return Status::Ok();
+}
+
+Status CheckLeafTiling(const format::LeafMeta& leaf,
+                       const std::vector<StoredChunk>& chunks,
+                       const std::string& where, const std::string& folder,
+                       const std::vector<std::string>& index_files) {
+  if (leaf.kind != format::LeafKind::kArray) return Status::Ok();
+  std::vector<const Box*> boxes;
+  boxes.reserve(chunks.size());
+  for (const StoredChunk& chunk : chunks) boxes.push_back(&chunk.record.box);
+  std::optional<TilingFault> fault = FindTilingFault(leaf.shape, boxes);
+  if (!fault) return Status::Ok();
+  auto index_file = [&](const StoredChunk& chunk) {
+    return folder + "/" + format::IndexFileName(chunk.process);
+  };
+  if (fault->overlap) {
+    const StoredChunk& a = chunks[fault->overlap->first];
+    const StoredChunk& b = chunks[fault->overlap->second];
+    return CorruptionError(where + ": chunk " + a.record.box.ToString() + " in " +
+                           index_file(a) + " overlaps chunk " + b.record.box.ToString() +
+                           " in " + index_file(b) + " (an index file is damaged)");
+  }
+  std::string files;
+  for (const std::string& index : index_files) {
+    files += (files.empty() ? "" : ", ") + folder + "/" + index;
+  }
+  return CorruptionError(where + ": the chunks in " + (files.empty() ? "no index" : files) +
+                         " cover " + std::to_string(fault->covered) + " of its " +
+                         std::to_string(fault->total) +
+                         " elements (an index file is missing or damaged)");
+}
+
+std::string DescribeChunk(const format::ChunkRecord& record,
+                          const std::string& leaf_path, const std::string& file) {
+  return "chunk " + record.box.ToString() + " of leaf '" + leaf_path + "' in " + file +
+         " at offset " + std::to_string(record.offset);
+}
+
+Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stored,
+                          const std::string& leaf_path, const std::string& file) {
+  if (XXH3_64bits(stored, record.stored_length) == record.checksum) return Status::Ok();
+  return CorruptionError("checksum mismatch: " + DescribeChunk(record, leaf_path, file) +
+                         " has changed since it was written");
+}
+
+Status DecompressChunk(const format::ChunkRecord& record, const uint8_t* stored,
+                       std::vector<uint8_t>& raw, const std::string& leaf_path,
+                       const std::string& file) {
+  if (ZSTD_getFrameContentSize(stored, record.stored_length) != record.raw_length) {
+    return CorruptionError(DescribeChunk(record, leaf_path, file) + " is not a zstd frame of its recorded length " +
+                           std::to_string(record.raw_length));
+  }
+  raw.resize(record.raw_length);
+  const size_t n =
+      ZSTD_decompress(raw.data(), record.raw_length, stored, record.stored_length);
+  if (ZSTD_isError(n) || n != record.raw_length) {
+    return CorruptionError(DescribeChunk(record, leaf_path, file) + " does not decompress to its recorded length");
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardkeep::internal

@@ -1,0 +1,125 @@
+"""Loading safetensors files (Hugging Face) onto any sharding.
+
+The core opens a ``.safetensors`` file, a folder of them or a
+``model.safetensors.index.json`` as a checkpoint with one pytree
+checkpointable whose leaves are the tensors, each stored as one raw chunk
+(see docs/INTEROP.md). Loading is then shardkeep's own restore: each
+process reads only the byte ranges of the boxes its devices hold, straight
+into the destination buffers, with casts and file mapping. This module
+only maps key paths to tensor names.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Mapping
+
+import jax
+
+from . import _core, restore, tree_codec
+from . import options as options_lib
+from .errors import IncompatibleError, InvalidArgumentError
+from .gc_pause import gc_paused
+
+# The core's name for the one checkpointable of a safetensors source.
+_TENSORS = "tensors"
+
+KeyMap = Callable[[str], str] | Mapping[str, str]
+
+
+def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
+                     options: options_lib.Options | None = None) -> Any:
+    """Loads tensors from safetensors files onto ``target``'s shardings.
+
+    ``path``: a ``.safetensors`` file, a folder holding them, or a
+    ``model.safetensors.index.json`` (Hugging Face's sharded layout); local
+    or ``s3://``.
+
+    With a ``target`` (a pytree of ``jax.ShapeDtypeStruct`` with
+    shardings, arrays or numpy arrays, as for ``shardkeep.load``), each
+    target leaf is filled from one tensor. By default the tensor's name is
+    the leaf's key path with its keys joined by ``"."``: the leaf
+    ``["model"]["layers"][0]["weight"]`` reads ``model.layers.0.weight``.
+    ``key_map`` replaces that: a mapping or a function from a leaf's key
+    path (keys joined by ``"/"``, as ``shardkeep.metadata`` names leaves)
+    to a tensor name. Tensors the target does not name are not read; a
+    target leaf whose tensor is missing raises IncompatibleError, and so
+    does a shape that differs. A dtype that differs is cast (lossy casts
+    need ``Options(allow_lossy_cast=True)``).
+
+    Without a target every tensor is loaded as a numpy array into nested
+    dicts, its name split at ``"."`` (``{"model": {"layers": {"0": ...}}}``).
+    """
+    path = os.fspath(path)
+    options = options_lib.resolve(options)
+    core_options = options.to_core()
+    map_files = options.map_files and ("://" not in path or path.startswith("file://"))
+    reader = _core.open_safetensors(path, core_options)
+    meta = reader.meta(_TENSORS)
+    names = [tree_codec.unescape(leaf["path"]) for leaf in meta["leaves"]]
+    if target is None:
+        meta = {**meta, "tree": _nested_dicts(path, names)}
+    else:
+        meta = _renamed_for(path, meta, names, target, key_map)
+    with gc_paused():
+        return restore.restore_pytree(reader, path, _TENSORS, meta, target, partial=True,
+                                      core_options=core_options, map_files=map_files)
+
+
+def _renamed_for(path: str, meta: dict, names: list[str], target: Any,
+                 key_map: KeyMap | None) -> dict:
+    """``meta`` with each tensor wanted by ``target`` named by its leaf's key
+    path, so that restore matches them; other tensors keep names no key
+    path can take."""
+    keyed, _ = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
+    number = {name: i for i, name in enumerate(names)}
+    leaves = [{**leaf, "path": "\0" + leaf["path"]} for leaf in meta["leaves"]]
+    missing = []
+    for keys, _ in keyed:
+        key_path = tree_codec.path_str(keys)
+        tensor = _tensor_name(keys, key_path, key_map)
+        if tensor not in number:
+            missing.append(f"{key_path!r} (tensor {tensor!r})")
+            continue
+        leaves[number[tensor]]["path"] = key_path
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise IncompatibleError(f"{path}: target leaves without a tensor: {shown}")
+    return {**meta, "leaves": leaves}
+
+
+def _tensor_name(keys, key_path: str, key_map: KeyMap | None) -> str:
+    if key_map is None:
+        return ".".join(tree_codec.key_str(k) for k in keys)
+    if callable(key_map):
+        return key_map(key_path)
+    try:
+        return key_map[key_path]
+    except KeyError:
+        raise InvalidArgumentError(f"key_map has no tensor name for the leaf {key_path!r}") from None
+
+
+def _nested_dicts(path: str, names: list[str]) -> dict:
+    """The tree_codec structure of nested dicts holding tensor i at its
+    name's parts."""
+    root: dict = {}
+    for i, name in enumerate(names):
+        node = root
+        parts = name.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise InvalidArgumentError(
+                    f"{path}: tensor {name!r} lies under tensor {part!r}; pass a target")
+        if parts[-1] in node:
+            raise InvalidArgumentError(
+                f"{path}: tensor {name!r} is also a prefix of other tensors; pass a target")
+        node[parts[-1]] = i
+
+    def encode(node) -> dict:
+        if isinstance(node, int):
+            return {"type": "leaf", "leaf": node}
+        keys = list(node)
+        return {"type": "dict", "keys": keys, "children": [encode(node[k]) for k in keys]}
+
+    return encode(root)
