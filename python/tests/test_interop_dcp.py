@@ -69,11 +69,6 @@ def test_refuses_without_allow_pickle_and_says_why(saved, tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_allow_pickle_is_for_dcp_only(saved, tmp_path):
-    with pytest.raises(sk.InvalidArgumentError, match="allow_pickle applies to"):
-        sk.convert(saved[0], str(tmp_path / "out"), source_format="orbax", allow_pickle=True)
-
-
 def test_convert_keeps_nesting_values_and_bits(saved, tmp_path):
     path, expected = saved
     dst = str(tmp_path / "out")
@@ -220,25 +215,3 @@ def test_missing_torch_is_a_clear_import_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ImportError, match=r"torch.*shardkeep\[dcp\]"):
         sk.convert(tmp_path, str(tmp_path / "out"), source_format="dcp", allow_pickle=True)
-
-
-def test_safetensors_goes_through_load_safetensors(tmp_path, monkeypatch):
-    monkeypatch.delattr(sk, "load_safetensors", raising=False)
-    with pytest.raises(sk.InvalidArgumentError, match=r"shardkeep\.load_safetensors"):
-        sk.convert(tmp_path, str(tmp_path / "out"), source_format="safetensors")
-    calls = []
-
-    def fake_load_safetensors(path):
-        calls.append(path)
-        return {"w": np.arange(6, dtype=np.float32)}
-
-    monkeypatch.setattr(sk, "load_safetensors", fake_load_safetensors, raising=False)
-    sk.convert(tmp_path / "model.safetensors", str(tmp_path / "out"),
-               source_format="safetensors")
-    assert calls == [tmp_path / "model.safetensors"]
-    assert_same_bits(sk.load(str(tmp_path / "out"))["w"], np.arange(6, dtype=np.float32))
-
-
-def test_unknown_source_format_is_refused(tmp_path):
-    with pytest.raises(sk.InvalidArgumentError, match=r"source_format must be one of"):
-        sk.convert(tmp_path, str(tmp_path / "out"), source_format="npz")

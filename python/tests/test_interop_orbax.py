@@ -1,7 +1,7 @@
 """Orbax checkpoints written by orbax-checkpoint itself, in each layout it
 has, loaded onto other shardings and converted: bit-exact, every shard."""
 
-import io
+import json
 import os
 import pathlib
 import sys
@@ -16,7 +16,6 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import shardkeep as sk
 from conftest import assert_same_bits, make_mesh
 from shardkeep.interop import orbax as orbax_reader
-from shardkeep.interop.progress import Progress
 
 ocp = pytest.importorskip("orbax.checkpoint")
 
@@ -414,25 +413,20 @@ def test_unreadable_metadata_is_corruption(tmp_path):
         sk.load_orbax(path)
 
 
+def test_a_list_with_a_gap_in_metadata_is_corruption(tmp_path):
+    path = str(tmp_path / "ckpt")
+    _save_per_array(path, {"layers": [np.zeros(2, np.int8), np.ones(2, np.int8)]})
+    with open(os.path.join(path, "_METADATA")) as f:
+        meta = json.load(f)
+    del meta["tree_metadata"]["('layers', '0')"]
+    with open(os.path.join(path, "_METADATA"), "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(sk.CorruptionError, match=r"list 'layers' has positions \['1'\]"):
+        sk.load_orbax(path)
+
+
 def test_missing_tensorstore_is_a_clear_import_error(tmp_path, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "tensorstore", None)
     with pytest.raises(ImportError, match=r"tensorstore.*shardkeep\[orbax\]"):
         sk.load_orbax(tmp_path)
-
-
-def test_progress_line_only_on_a_terminal():
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    terminal, log = Terminal(), io.StringIO()
-    for stream in (terminal, log):
-        progress = Progress("convert x", 2, 2 << 20, stream=stream)
-        progress.advance(1, 1 << 20)
-        progress.advance(1, 1 << 20)
-        progress.finish()
-    assert log.getvalue() == ""
-    assert terminal.getvalue().endswith("2/2 leaves, 2.0/2.0 MiB (100%),"
-                                        f" {terminal.getvalue().split(', ')[-1]}")
-    assert terminal.getvalue().startswith("\rconvert x: 1/2 leaves")

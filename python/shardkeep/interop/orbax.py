@@ -117,11 +117,11 @@ def find_item_folder(path: str) -> str:
         raise InvalidArgumentError(
             f"{path} holds several Orbax items ({', '.join(items)}); pass the folder of one,"
             f" e.g. {os.path.join(path, items[0])}")
-    steps = [c for c in children if c.isdigit()]
+    steps = sorted((c for c in children if c.isdigit()), key=int)
     if steps:
         raise InvalidArgumentError(
             f"{path} looks like a CheckpointManager directory; pass one step's folder, e.g."
-            f" {os.path.join(path, max(steps, key=int))} (steps: {', '.join(sorted(steps, key=int))})")
+            f" {os.path.join(path, steps[-1])} (steps: {', '.join(steps)})")
     raise NotFoundError(f"no Orbax checkpoint at {path}: neither it nor a subfolder has"
                         f" {_ITEM_MARKER}")
 
