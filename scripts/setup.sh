@@ -31,4 +31,9 @@ fi
 .venv/bin/pip install -q safetensors
 # A type checker, to test the extension's stubs as editors and CI see them.
 .venv/bin/pip install -q mypy
+# Other formats' libraries, for the interop tests: Orbax checkpoints are
+# written by orbax-checkpoint and read through tensorstore; DCP checkpoints
+# by PyTorch. torch==2.13.0 is the CPU wheel on this machine's disk; an
+# unpinned torch would pull a CUDA build of several GB.
+.venv/bin/pip install -q orbax-checkpoint tensorstore "torch==2.13.0"
 .venv/bin/pip install -q --no-build-isolation .

@@ -1,0 +1,8 @@
+"""Reading other formats' checkpoints: Orbax (through tensorstore) and
+PyTorch DCP (through torch), both optional dependencies imported only
+when used. See docs/INTEROP.md."""
+
+from .convert import SOURCE_FORMATS, convert
+from .orbax import load_orbax
+
+__all__ = ["SOURCE_FORMATS", "convert", "load_orbax"]

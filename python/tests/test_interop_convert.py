@@ -1,0 +1,73 @@
+"""sk.convert's own behaviour: source formats, the pickle opt-in's scope,
+the progress line, and the safetensors path (through sk.load_safetensors).
+Orbax and DCP conversions are tested with their readers."""
+
+import io
+import re
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import shardkeep as sk
+from conftest import assert_same_bits
+from shardkeep.interop.progress import Progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_unknown_source_format_is_refused(tmp_path):
+    with pytest.raises(sk.InvalidArgumentError, match=r"source_format must be one of"):
+        sk.convert(tmp_path, str(tmp_path / "out"), source_format="npz")
+
+
+def test_allow_pickle_is_for_dcp_only(tmp_path):
+    with pytest.raises(sk.InvalidArgumentError, match="allow_pickle applies to"):
+        sk.convert(tmp_path, str(tmp_path / "out"), source_format="orbax", allow_pickle=True)
+
+
+def test_safetensors_converts_through_load_safetensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    gen = torch.Generator().manual_seed(11)
+    tensors = {"model.layers.0.weight": torch.randn(8, 4, generator=gen).to(torch.bfloat16),
+               "model.norm": torch.randn(4, generator=gen)}
+    safetensors_torch.save_file(tensors, str(tmp_path / "model.safetensors"))
+    dst = str(tmp_path / "out")
+    sk.convert(tmp_path / "model.safetensors", dst, source_format="safetensors")
+    loaded = sk.load(dst)
+    assert_same_bits(loaded["model"]["layers"]["0"]["weight"],
+                     tensors["model.layers.0.weight"].view(torch.int16).numpy()
+                     .view(ml_dtypes.bfloat16))
+    assert_same_bits(loaded["model"]["norm"], tensors["model.norm"].numpy())
+
+
+def test_progress_line_only_on_a_terminal():
+    terminal, log = _Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        progress = Progress("convert x", 2, 2 << 20, stream=stream)
+        progress.advance(1, 1 << 20)
+        progress.advance(1, 1 << 20)
+        progress.finish()
+    assert log.getvalue() == ""
+    lines = terminal.getvalue().split("\r")
+    assert lines[0] == "" and lines[1].startswith("convert x: 1/2 leaves, 1.0/2.0 MiB (50%)")
+    assert re.fullmatch(r"convert x: 2/2 leaves, 2\.0/2\.0 MiB \(100%\), [0-9.]+ MiB/s\n",
+                        lines[-1])
+
+
+def test_a_conversion_shows_progress_on_a_terminal(tmp_path, monkeypatch):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(str(tmp_path / "orbax"), {"a": np.ones((256, 256), np.float32),
+                                                    "b": np.zeros(3, np.int8)})
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    sk.convert(tmp_path / "orbax", str(tmp_path / "out"))
+    final = terminal.getvalue().split("\r")[-1]
+    assert final.startswith(f"convert {tmp_path / 'orbax'}: 2/2 leaves, 0.3/0.3 MiB (100%)")
+    assert final.endswith("MiB/s\n")
