@@ -186,6 +186,23 @@ StorageLocation Locate(const std::string& url, const Options& options) {
   return location;
 }
 
+// The code of a shardkeep.errors exception (the inverse of Raise), or
+// nullopt for any other exception. REQUIRES: the GIL.
+std::optional<StatusCode> ShardkeepErrorCode(nb::handle exception) {
+  static constexpr StatusCode kCodes[] = {
+      StatusCode::kNotFound,      StatusCode::kCorruption,  StatusCode::kIncompatible,
+      StatusCode::kTimeout,       StatusCode::kOutOfSpace,  StatusCode::kStorage,
+      StatusCode::kAlreadyExists, StatusCode::kInvalidArgument,
+      StatusCode::kCommitStateUnknown};
+  nb::module_ errors = nb::module_::import_("shardkeep.errors");
+  for (StatusCode code : kCodes) {  // OutOfSpace before its base, Storage
+    if (PyObject_IsInstance(exception.ptr(), errors.attr(ErrorClassName(code)).ptr()) == 1) {
+      return code;
+    }
+  }
+  return std::nullopt;
+}
+
 // A Python callable that may be called, and dropped, from C++ threads: the
 // GIL is taken for both.
 class PyFunction {
@@ -215,6 +232,9 @@ class PyFunction {
       }
       if (error.matches(PyExc_TimeoutError)) return TimeoutError(message);
       if (error.matches(PyExc_FileExistsError)) return AlreadyExistsError(message);
+      if (std::optional<StatusCode> code = ShardkeepErrorCode(error.value())) {
+        return Status(*code, what_ + " failed: " + message);  // keeps its kind
+      }
       return InternalError(what_ + " failed: " + message);
     } catch (const std::exception& error) {
       // E.g. a result of the wrong type: the caller's thread must not die.

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _core, dtypes, prng_keys, shardings, tree_codec
 from .array_source import ArraySource
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ShardkeepError
 
 _INT64 = np.iinfo(np.int64)
 
@@ -113,7 +113,9 @@ def stage_pytree(tree: Any, replica_parallel: bool | None = None,
 def _fill_from(path: str, source: ArraySource, origin: list[int], shape: list[int]):
     try:
         return source.fill(origin, shape)
-    except Exception as e:  # the core reports it, failing the save
+    except ShardkeepError as e:  # the core fails the save with its kind
+        raise type(e)(f"reading leaf {path!r} at {tuple(origin)}: {e}") from e
+    except Exception as e:
         raise RuntimeError(f"reading leaf {path!r} at {tuple(origin)}: {e}") from e
 
 

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import warnings
 from typing import Any, Iterator
 
+import numpy as np
+
 from .. import options as options_lib
+from ..array_source import ArraySource
 from ..errors import InvalidArgumentError
 from . import dcp, orbax
 from .progress import Progress
-from .source import SourceLeaf, read_ahead, thread_reads
+from .source import SourceLeaf, thread_reads
 from .tree_build import nest
 
 SOURCE_FORMATS = ("orbax", "dcp", "safetensors")
-_DEFAULT_WINDOW = 1 << 30  # bytes read ahead when Options.host_memory_limit is 0
 _MAX_READ_THREADS = 8
 
 
@@ -36,11 +39,13 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
       ``shardkeep.load_safetensors`` (tensor names split at '.' into
       nested dicts).
 
-    Leaves are read in parallel, a bounded window ahead of the writer
-    (``options.host_memory_limit``, 1 GiB by default), and the tree is
-    saved with ``shardkeep.save`` (``options`` apply to it too), which
-    today holds the whole tree in host memory. A progress line is shown
-    on standard error when it is a terminal. Run it in one process.
+    The tree is saved with ``shardkeep.save`` (``options`` apply to it
+    too) with every array as a ``shardkeep.ArraySource``: the save's
+    writer threads read each chunk as they write it, so a conversion
+    holds about one chunk per writer thread (Orbax, safetensors) or one
+    leaf per writer thread (DCP, whose leaves are read whole), never the
+    state. A progress line is shown on standard error when it is a
+    terminal. Run it in one process.
     """
     options = options_lib.resolve(options)
     if source_format not in SOURCE_FORMATS:
@@ -55,19 +60,56 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
     if source_format == "safetensors":
         save(dst, _safetensors_tree(src, options), options=options)
         return
-    window = options.host_memory_limit or _DEFAULT_WINDOW
     with _leaves(src, source_format, allow_pickle, options) as (where, leaves):
         progress = Progress(f"convert {os.fspath(src)}", len(leaves),
                             sum(leaf.nbytes for leaf in leaves))
-        entries = []
+        whole = source_format == "dcp"
+        entries = [(leaf.keys, _value_of(leaf, progress, whole)) for leaf in leaves]
         try:
-            for leaf, value in read_ahead(leaves, window):
-                entries.append((leaf.keys, value))
-                progress.advance(1, leaf.nbytes)
+            save(dst, nest(where, entries), options=options)
         finally:
             progress.finish()
-        tree = nest(where, entries)
-    save(dst, tree, options=options)
+
+
+def _value_of(leaf: SourceLeaf, progress: Progress, read_whole: bool) -> Any:
+    """What the saved tree holds for ``leaf``: an ArraySource for arrays
+    (read as the writers need them), the value itself otherwise."""
+    if not leaf.is_array:
+        progress.advance(1, 0)
+        return leaf.value
+    if leaf.python_scalar or leaf.nbytes == 0:  # tiny: read now
+        progress.advance(1, leaf.nbytes)
+        return leaf.plain_value(leaf.read_whole().result())
+    return ArraySource(leaf.shape, leaf.dtype, _ChunkReads(leaf, progress, read_whole))
+
+
+class _ChunkReads:
+    """An ArraySource's read of one leaf: each box read from the source, or
+    (``read_whole``, for sources that cannot read part of a leaf) sliced
+    from the whole leaf, read once and dropped when its last box is out."""
+
+    def __init__(self, leaf: SourceLeaf, progress: Progress, read_whole: bool):
+        self._leaf, self._progress, self._read_whole = leaf, progress, read_whole
+        self._lock = threading.Lock()
+        self._remaining = leaf.nbytes
+        self._whole: Any = None  # a Pending of the whole leaf while boxes are out
+
+    def __call__(self, origin: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+        if self._read_whole:
+            with self._lock:
+                if self._whole is None:
+                    self._whole = self._leaf.read_whole()
+                whole = self._whole
+            values = whole.result()[tuple(slice(o, o + n) for o, n in zip(origin, shape))]
+        else:
+            values = self._leaf.read_box(origin, shape).result()
+        with self._lock:
+            self._remaining -= values.nbytes
+            done = self._remaining == 0
+            if done:
+                self._whole = None
+        self._progress.advance(1 if done else 0, values.nbytes)
+        return values
 
 
 @contextlib.contextmanager
@@ -89,8 +131,6 @@ def _leaves(src, source_format: str, allow_pickle: bool,
 
 
 def _safetensors_tree(src, options: options_lib.Options) -> Any:
-    from ..safetensors_load import load_safetensors  # late: it needs the extension
+    from ..safetensors_load import safetensors_sources  # late: it needs the extension
 
-    # Loaded mapped from the files where they allow it (options.map_files):
-    # the page cache holds the tensors, not new memory.
-    return load_safetensors(src, options=options)
+    return safetensors_sources(src, options=options)

@@ -3,16 +3,15 @@
 A source (an Orbax item, a DCP checkpoint) is described as a list of
 ``SourceLeaf``: its key path, its kind, and for arrays a function that
 reads any box of it. Loading onto a target reads just the boxes it needs;
-conversion reads whole leaves through ``read_ahead``, a bounded window in
-flight, so that a writer can take the leaves one at a time.
+conversion hands each array to the save as a ``shardkeep.ArraySource``,
+read chunk by chunk as the save writes it.
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -68,33 +67,6 @@ class SourceLeaf:
     def plain_value(self, array: np.ndarray) -> Any:
         """The leaf as loaded without a target."""
         return array.item() if self.python_scalar else array
-
-
-def read_ahead(leaves: Sequence[SourceLeaf], window_bytes: int) -> Iterator[tuple[SourceLeaf, Any]]:
-    """Yields (leaf, value) in order, whole arrays read as numpy arrays.
-
-    Reads run in parallel: while the caller handles one leaf, the following
-    ones are read, up to ``window_bytes`` in flight (at least one leaf, so a
-    leaf larger than the window is read alone). Memory held by this
-    iterator is thus about the window plus the leaf being handled.
-    """
-    pending: collections.deque[tuple[SourceLeaf, Pending | None]] = collections.deque()
-    in_flight = 0
-    upcoming = iter(leaves)
-    exhausted = False
-    while True:
-        while not exhausted and (not pending or in_flight < window_bytes):
-            leaf = next(upcoming, None)
-            if leaf is None:
-                exhausted = True
-                break
-            pending.append((leaf, leaf.read_whole() if leaf.is_array else None))
-            in_flight += leaf.nbytes
-        if not pending:
-            return
-        leaf, read = pending.popleft()
-        in_flight -= leaf.nbytes
-        yield leaf, (leaf.plain_value(read.result()) if read is not None else leaf.value)
 
 
 def thread_reads(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
