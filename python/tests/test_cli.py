@@ -383,3 +383,20 @@ def test_ls_info_gc_and_rm_on_s3(s3):
     assert s3.keys("runs/7/") == []
     assert run_json("ls", root)["entries"] == []
     run("rm", f"{root}/000000010", expect=FAILED)
+
+
+def test_convert_hands_over_to_the_python_package(tmp_path):
+    """`shardkeep convert` runs sk.convert in the environment it is installed in."""
+    import safetensors.numpy
+
+    weights = {"layer.w": np.arange(12, dtype=np.float32).reshape(3, 4),
+               "layer.b": np.arange(3, dtype=np.int32)}
+    safetensors.numpy.save_file(weights, str(tmp_path / "m.safetensors"))
+    source, ckpt = tmp_path / "m.safetensors", tmp_path / "ckpt"
+    run("convert", source, ckpt, "--from", "safetensors")
+    loaded = sk.load(ckpt)
+    np.testing.assert_array_equal(loaded["layer"]["w"], weights["layer.w"])
+    np.testing.assert_array_equal(loaded["layer"]["b"], weights["layer.b"])
+    again = run("convert", source, ckpt, "--from", "safetensors", expect=FAILED)
+    assert "already" in again.stderr.lower(), again.stderr  # a checkpoint is there
+    run("convert", "a", "b", "--from", "pickles", expect=USAGE)
