@@ -21,7 +21,8 @@ jobs=${SANITIZE_JOBS:-$(nproc)}
 ALL_TESTS=$(sed -n 's|.*/\([a-z_]*_test\)\.cc$|\1|p' <(find cpp/src -name '*_test.cc') | sort)
 TSAN_TESTS="parallel_test simulated_group_test multiprocess_save_test save_thread_test
             checkpoint_test shard_writer_test save_durability_test reader_cancellation_test
-            object_store_save_test s3_client_test multipart_upload_test s3_storage_test"
+            object_store_save_test s3_client_test multipart_upload_test s3_storage_test
+            checkpoint_writer_test verify_test"
 # Sanitizer allocators abort on a request they cannot serve instead of
 # throwing std::bad_alloc, so the test of exactly that is left out.
 SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'

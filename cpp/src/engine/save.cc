@@ -109,7 +109,9 @@ namespace shardkeep {
 namespace {
 
 constexpr char kTmpSuffix[] = ".shardkeep-tmp";
-constexpr char kForceHint[] = "pass force=True to replace it";
+constexpr char kForceHint[] =
+    "save with force to replace it (force=True in Python; SaveRequest::force or "
+    "CheckpointWriter::SetForce in C++)";
 
 // How a save becomes visible, chosen from the storage's features.
 enum class CommitStrategy {
