@@ -190,7 +190,7 @@ def _plan_keys(where: str, number: int, saved: dict, target: Any,
             raise IncompatibleError(f"{where}: leaf {path!r} holds {saved_impl} keys in the"
                                     f" checkpoint, the target wants {impl} keys")
         shape = tuple(target.shape)
-        sharding = _target_sharding(where, path, target)
+        sharding = target_sharding(where, path, target)
     needed = shape + prng_keys.key_shape(impl)
     if saved["dtype"] != prng_keys.DATA_DTYPE.name or stored != needed:
         raise IncompatibleError(
@@ -231,7 +231,7 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
     if isinstance(target, (np.ndarray, np.generic)):
         slot = _Slot(number, path, whole, shape, dtype)
         return [slot], lambda: _deliver(slot.buffer, target, where, path)
-    return _plan_sharded(number, path, shape, dtype, _target_sharding(where, path, target), puts)
+    return _plan_sharded(number, path, shape, dtype, target_sharding(where, path, target), puts)
 
 
 def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
@@ -280,7 +280,7 @@ def _target_dtype(target) -> np.dtype:
     return np.dtype(target.dtype)
 
 
-def _target_sharding(where: str, path: str, target) -> jax.sharding.Sharding:
+def target_sharding(where: str, path: str, target) -> jax.sharding.Sharding:
     sharding = getattr(target, "sharding", None)
     if not isinstance(sharding, jax.sharding.Sharding):
         # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
@@ -307,7 +307,7 @@ def _deliver(host: np.ndarray, target: Any, where: str, path: str):
         return host[()]
     if isinstance(target, np.ndarray):
         return host
-    return jax.device_put(host, _target_sharding(where, path, target))
+    return jax.device_put(host, target_sharding(where, path, target))
 
 
 def _describe(target) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from .. import shardings, tree_codec
+from .. import restore, shardings, tree_codec
 from ..errors import IncompatibleError, InvalidArgumentError
 from .source import Pending, SourceLeaf
 from .tree_build import EMPTY_DICT, EMPTY_LIST, nest
@@ -99,7 +99,7 @@ def _plan(where: str, leaf: SourceLeaf, target: Any, puts: "_DevicePuts",
         read = leaf.read_whole()
         as_numpy = (lambda a: a[()]) if isinstance(target, np.generic) else (lambda a: a)
         return lambda: as_numpy(_cast(read.result(), dtype))
-    sharding = _target_sharding(where, leaf.path, target)
+    sharding = restore.target_sharding(where, leaf.path, target)
     boxes = shardings.addressable_boxes(sharding, leaf.shape)
     keys = [puts.add(leaf.read_box(origin, extent), dtype, devices)
             for (origin, extent), devices in boxes.items()]
@@ -141,21 +141,6 @@ def _cast(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     # numpy (with ml_dtypes) rounds floats to nearest even and wraps
     # integers, as the core's casts do.
     return array if array.dtype == dtype else array.astype(dtype)
-
-
-def _target_sharding(where: str, path: str, target) -> jax.sharding.Sharding:
-    sharding = getattr(target, "sharding", None)
-    if not isinstance(sharding, jax.sharding.Sharding):
-        return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    if shardings.is_abstract(sharding):
-        concrete = shardings.on_current_mesh(sharding)
-        if concrete is None:
-            raise InvalidArgumentError(
-                f"{where}: target leaf {path!r} is sharded over an abstract mesh"
-                f" ({sharding.mesh}) and no concrete mesh of that shape is set; load inside"
-                " `with jax.set_mesh(mesh):` or give NamedSharding(mesh, spec) targets")
-        return concrete
-    return sharding
 
 
 def _describe(target) -> str:
