@@ -18,6 +18,9 @@ RESULT_PREFIX = "SHARDKEEP_RESULT "
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    # Collectives between the processes of a CPU job (load-and-broadcast,
+    # the local tier's peer copies) need gloo, chosen before initialize.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=spec["coordinator"], num_processes=spec["num_processes"],
         process_id=spec["process_id"], initialization_timeout=60,
