@@ -1,0 +1,208 @@
+"""Moving bytes between the processes of a job through JAX collectives.
+
+``exchange_bytes`` is the one primitive that load-and-broadcast and the
+local tier's peer copies are built on. It is collective: every process of
+the job calls it, in the same order, even with nothing to send.
+
+How it works:
+
+1. Sizes travel through JAX's coordination service: each process publishes
+   the lengths of the buffers it sends to each destination, and reads every
+   other process's list, so every process knows the whole matrix of who
+   sends how much to whom, and each receiver how to split what it gets.
+2. Bytes travel through ``ppermute`` over a mesh of one device per process
+   (the lowest-numbered device of each): for each shift d = 1..n-1 that
+   carries anything, process p sends what it has for p+d (mod n) and
+   receives from p-d. A shift moves the same number of bytes on every
+   process, the most any of them sends, cut into rounds of at most
+   ``_ROUND_BYTES`` (padded to a power of two, so that a few compiled
+   functions serve every size) to bound the memory a round holds. An
+   all-to-all written as n-1 permutations moves each byte once, directly
+   from its sender to its receiver; shifts with nothing to send are skipped,
+   so the common patterns (a ring: one shift; replicas of one box: a few)
+   cost one collective each.
+
+The bytes are uint8 end to end, so the exchange is bit-exact whatever the
+buffers hold. On accelerators they go host -> device -> interconnect
+(NCCL, ICI) -> device -> host; on CPU, JAX's gloo collectives carry them,
+which must be chosen before ``jax.distributed.initialize``:
+``jax.config.update("jax_cpu_collectives_implementation", "gloo")``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from typing import Mapping, Sequence
+
+import jax
+import numpy as np
+
+from . import distributed
+from .errors import InvalidArgumentError, ShardkeepError
+
+# The most bytes one process sends in one round of one shift.
+_ROUND_BYTES = 64 << 20
+# The least a round is padded to: tiny exchanges share one compiled function.
+_MIN_ROUND_BYTES = 64 << 10
+_DEFAULT_TIMEOUT_S = 600.0
+# Numbers the calls of this process; all processes call in the same order,
+# so the numbers name the same exchange everywhere.
+_calls = itertools.count()
+
+
+def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
+                   timeout_s: float = _DEFAULT_TIMEOUT_S) -> dict[int, list[np.ndarray]]:
+    """Sends each destination its buffers; returns what others sent here.
+
+    ``outgoing`` maps a destination process index to a list of contiguous
+    buffers (any dtype; sent as their bytes). The result maps every source
+    process that sent this process at least one buffer to its buffers as
+    1-D uint8 arrays, in the order sent; a process's buffers to itself come
+    back as they are. ``timeout_s`` bounds the wait for the other processes'
+    sizes (a process that never calls fails the others after it).
+    """
+    count, me = jax.process_count(), jax.process_index()
+    sends = _checked(outgoing, count)
+    number = next(_calls)
+    incoming: dict[int, list[np.ndarray]] = {}
+    if sends[me]:
+        incoming[me] = sends[me]
+    if count == 1:
+        return incoming
+    sizes = _agree_sizes(number, me, count, [[b.size for b in bufs] for bufs in sends],
+                         timeout_s)
+    for shift in range(1, count):
+        widest = max(sum(sizes[p][(p + shift) % count]) for p in range(count))
+        if widest == 0:
+            continue
+        source = (me - shift) % count
+        expected = sizes[source][me]
+        received = _permute_stream(sends[(me + shift) % count], sum(expected), widest, shift,
+                                   count, number)
+        if expected:
+            incoming[source] = _split(received, expected)
+    return incoming
+
+
+def _checked(outgoing: Mapping[int, Sequence[np.ndarray]], count: int) -> list[list[np.ndarray]]:
+    """The buffers for each destination as 1-D uint8 views."""
+    sends: list[list[np.ndarray]] = [[] for _ in range(count)]
+    for dest, buffers in outgoing.items():
+        if isinstance(dest, bool) or not isinstance(dest, (int, np.integer)) \
+                or not 0 <= dest < count:
+            raise InvalidArgumentError(
+                f"exchange destination {dest!r} is not a process index of this"
+                f" {count}-process job")
+        for buffer in buffers:
+            array = np.asarray(buffer)
+            if not array.flags.c_contiguous:
+                raise InvalidArgumentError("exchange buffers must be C-contiguous arrays")
+            sends[int(dest)].append(array.reshape(-1).view(np.uint8))
+    return sends
+
+
+def _agree_sizes(number: int, me: int, count: int, mine: list[list[int]],
+                 timeout_s: float) -> list[list[list[int]]]:
+    """sizes[p][q]: the lengths of the buffers process p sends process q."""
+    coordination = distributed.coordination()
+    key = f"shardkeep/exchange/{number}/sizes"
+    coordination.set(f"{key}/{me}", json.dumps(mine))
+    sizes = []
+    for p in range(count):
+        text = json.dumps(mine) if p == me else coordination.get(f"{key}/{p}", timeout_s)
+        sizes.append(json.loads(text))
+    return sizes
+
+
+def _permute_stream(buffers: list[np.ndarray], receive: int, widest: int, shift: int,
+                    count: int, number: int) -> np.ndarray:
+    """Sends the concatenation of ``buffers`` to process me+shift and returns
+    the ``receive`` bytes process me-shift sends, in rounds."""
+    round_bytes = _round_size(widest)
+    out = np.empty(receive, np.uint8)
+    send_round = np.zeros(round_bytes, np.uint8)
+    pieces = _Pieces(buffers)
+    for start in range(0, widest, round_bytes):
+        filled = pieces.copy_into(send_round)
+        send_round[filled:] = 0
+        got = _permute(send_round, shift, count, number)
+        take = min(round_bytes, max(receive - start, 0))
+        out[start:start + take] = got[:take]
+    return out
+
+
+def _round_size(widest: int) -> int:
+    size = _MIN_ROUND_BYTES
+    while size < min(widest, _ROUND_BYTES):
+        size *= 2
+    return size
+
+
+class _Pieces:
+    """Walks a list of buffers as one stream, a round at a time."""
+
+    def __init__(self, buffers: list[np.ndarray]):
+        self._buffers, self._index, self._offset = buffers, 0, 0
+
+    def copy_into(self, dst: np.ndarray) -> int:
+        filled = 0
+        while filled < dst.size and self._index < len(self._buffers):
+            buffer = self._buffers[self._index]
+            n = min(dst.size - filled, buffer.size - self._offset)
+            dst[filled:filled + n] = buffer[self._offset:self._offset + n]
+            filled += n
+            self._offset += n
+            if self._offset == buffer.size:
+                self._index, self._offset = self._index + 1, 0
+        return filled
+
+
+def _split(stream: np.ndarray, lengths: list[int]) -> list[np.ndarray]:
+    ends = np.cumsum(lengths)
+    return [stream[end - n:end] for n, end in zip(lengths, ends)]
+
+
+def _permute(send: np.ndarray, shift: int, count: int, number: int) -> np.ndarray:
+    """One round: ``send`` goes to process me+shift; returns what me-shift sent."""
+    mesh = _mesh()
+    me = jax.process_index()
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("p"))
+    try:
+        local = jax.device_put(send[None], mesh.devices[me])
+        stacked = jax.make_array_from_single_device_arrays((count, send.size), sharding, [local])
+        moved = _permutation(mesh, shift, send.size)(stacked)
+        return np.asarray(moved.addressable_data(0)).reshape(-1)
+    except Exception as e:  # noqa: BLE001 - XLA raises its own runtime errors.
+        hint = ""
+        if jax.default_backend() == "cpu":
+            hint = ("; CPU jobs need gloo collectives, chosen before"
+                    " jax.distributed.initialize: jax.config.update("
+                    "\"jax_cpu_collectives_implementation\", \"gloo\")")
+        raise ShardkeepError(
+            f"exchange {number}: sending {send.size} bytes to process {(me + shift) % count}"
+            f" and receiving from process {(me - shift) % count} through JAX collectives"
+            f" failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+            f"{hint}") from e
+
+
+@functools.lru_cache(maxsize=None)
+def _mesh() -> jax.sharding.Mesh:
+    """One device per process (its lowest-numbered), in process order."""
+    firsts: dict[int, jax.Device] = {}
+    for device in jax.devices():
+        held = firsts.get(device.process_index)
+        if held is None or device.id < held.id:
+            firsts[device.process_index] = device
+    return jax.sharding.Mesh(np.array([firsts[p] for p in sorted(firsts)]), ("p",))
+
+
+@functools.lru_cache(maxsize=64)
+def _permutation(mesh: jax.sharding.Mesh, shift: int, size: int):
+    count = mesh.devices.size
+    pairs = [(p, (p + shift) % count) for p in range(count)]
+    spec = jax.sharding.PartitionSpec("p")
+    del size  # part of the cache key: one compiled function per round size
+    return jax.jit(jax.shard_map(lambda x: jax.lax.ppermute(x, "p", pairs), mesh=mesh,
+                                 in_specs=spec, out_specs=spec))
