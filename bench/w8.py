@@ -101,6 +101,24 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _floor(processes) -> dict:
+    """Per pattern: the exchange floor's slowest process and the bytes
+    each process sent."""
+    out = {}
+    floors = [p.get("exchange_floor") for p in processes]
+    if any(f is None for f in floors):
+        return out
+    if "seconds" in floors[0]:  # part b: one pattern
+        floors = [{"ring": f} for f in floors]
+    for pattern in floors[0]:
+        per = [f[pattern] for f in floors]
+        if any(x is None for x in per):
+            continue
+        out[pattern] = {"seconds": max(x["seconds"] for x in per),
+                        "bytes_sent": per[0]["bytes_sent"]}
+    return out
+
+
 def summarize_a(job: dict) -> dict:
     """Per (mesh, mode): the job's load time (slowest process) per
     repetition, storage bytes read per process, and whether every shard
@@ -108,7 +126,7 @@ def summarize_a(job: dict) -> dict:
     processes = job["processes"]
     stored = processes[0]["stored"]
     out = {"stored": stored, "broadcast_available": processes[0]["broadcast_available"],
-           "cases": {}}
+           "exchange_floor": _floor(processes), "cases": {}}
     for i, load in enumerate(processes[0]["loads"]):
         per = [p["loads"][i] for p in processes]
         case = out["cases"].setdefault(f"{load['mesh']}|{load['mode']}", {
@@ -144,7 +162,7 @@ def summarize_b(job: dict) -> dict:
                          "bytes_read": [q["bytes_read"] for q in per],
                          "held_bytes": [q["held_bytes"] for q in per],
                          "ok": all(q["ok"] for q in per)})
-    return {"saves": saves, "restores": restores}
+    return {"saves": saves, "restores": restores, "exchange_floor": _floor(processes)}
 
 
 # -- report --------------------------------------------------------------
@@ -200,6 +218,10 @@ def report_a(a: dict) -> list[str]:
             lines.append(f"- {mesh}: broadcast {te / tb:.2f}× the speed of every replica "
                          f"reading; storage bytes {bb / be:.2f}× as many "
                          f"({_mib(bb)} vs {_mib(be)} MiB).")
+    for mesh, floor in a.get("exchange_floor", {}).items():
+        lines.append(f"- Floor, {mesh}: `exchange_bytes` alone sending what the broadcast "
+                     f"sends ({_mib(floor['bytes_sent'])} MiB from each process) takes "
+                     f"{_s(floor['seconds'])}.")
     lines += ["", "On one machine the replicas share one page cache: when every replica "
               "reads, the first read of a chunk comes from the disk and the others from "
               "memory, so every-replica-reads is timed here against a storage far faster "
@@ -227,6 +249,11 @@ def report_b(b: dict) -> list[str]:
     for save in b["saves"]:
         lines.append(f"| {save['step']} | {save['tier']} | {_mib(save['state_bytes'])} MiB | "
                      f"{_s(save['blocking_seconds'])} | {_s(save['total_seconds'])} |")
+    ring = b.get("exchange_floor", {}).get("ring")
+    if ring:
+        lines += ["", f"Floor: `exchange_bytes` alone sending each process's slice "
+                  f"({_mib(ring['bytes_sent'])} MiB) to its successor takes "
+                  f"{_s(ring['seconds'])}."]
     lines += ["", "A local save's blocking part includes sending each process's slice to "
               "its peer (a collective every process joins); a persistent save's blocking "
               "part is the device-to-host copy only.", "",

@@ -135,6 +135,24 @@ class Job:
         return result, seconds, read
 
 
+def exchange_floor(job: Job, share: int, destinations) -> dict | None:
+    """Seconds of ``exchange_bytes`` alone sending ``share`` bytes to each
+    of ``destinations``: the collective's own cost in the pattern the
+    feature uses, without reading or placing anything (the median of 3,
+    into buffers touched beforehand). None where shardkeep has no exchange."""
+    try:
+        from shardkeep import exchange
+    except ImportError:
+        return None
+    buffer = np.ones(share, np.uint8)
+    times = []
+    for _ in range(3):
+        _, seconds, _ = job.timed(
+            lambda: exchange.exchange_bytes({q: [buffer] for q in destinations}))
+        times.append(seconds)
+    return {"bytes_sent": share * len(destinations), "seconds": sorted(times)[1]}
+
+
 def stored_bytes(path: str) -> dict:
     """Data-file bytes and everything else (commit record, meta, index)."""
     data = other = 0
@@ -164,6 +182,16 @@ def part_a(job: Job) -> dict:
     meshes = {"replica=4": (job.mesh((4,), ("replica",)), P()),
               "replica=2,fsdp=2": (job.mesh((2, 2), ("replica", "fsdp")), P("fsdp"))}
     modes = ["every_replica_reads", "broadcast"] if has_broadcast else ["every_replica_reads"]
+    # What the broadcast sends, without the reads: replica=4, each process
+    # reads a quarter and sends it to the 3 others; replica=2 x fsdp=2,
+    # each reads half of its fsdp shard and sends it to the process
+    # holding the same shard in the other replica (devices of a (2, 2)
+    # mesh: replicas are rows, so process p pairs with p ^ 2).
+    total = job.leaves * job.shape[0] * job.shape[1] * 4
+    out["exchange_floor"] = {
+        "replica=4": exchange_floor(job, total // 4,
+                                    [q for q in range(4) if q != job.process]),
+        "replica=2,fsdp=2": exchange_floor(job, total // 4, [job.process ^ 2])}
     for rep in range(job.spec["reps"]):
         for mesh_name, (mesh, spec) in meshes.items():
             order = modes if rep % 2 == 0 else modes[::-1]
@@ -203,7 +231,10 @@ def part_b(job: Job) -> dict:
             persistent, save_interval_steps=PERSISTENT_EVERY, local_root=local_template,
             local_save_interval_steps=LOCAL_EVERY, async_save=True, options=options)
 
-    out = {"saves": [], "restores": []}
+    # The peer copy alone: each process's slice to its ring successor.
+    out = {"saves": [], "restores": [], "exchange_floor": exchange_floor(
+        job, job.leaves * job.shape[0] * job.shape[1] * 4 // 4,
+        [(job.process + 1) % 4])}
     saving = manager()
     for step in SAVE_STEPS:
         state = job.state(sharding, step)
