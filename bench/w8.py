@@ -178,6 +178,10 @@ def _mib(n) -> str:
     return "—" if n is None else f"{n / MIB:.1f}"
 
 
+def _gib(n) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
 def _gibs(nbytes, seconds) -> str:
     return "—" if not seconds else f"{nbytes / seconds / (1 << 30):.2f}"
 
@@ -234,7 +238,13 @@ def report_a(a: dict) -> list[str]:
               "reading replica's processes; what grows with R is what the collective "
               "moves (R − 1 copies of each box, spread over all processes' links). The "
               "table's 'copies of the checkpoint' column is R vs 1 up to the metadata "
-              "each process reads.", ""]
+              "each process reads.", "",
+              f"Projected from this checkpoint (S = {_mib(data)} MiB), per job:", "",
+              "| replicas R | storage bytes, every replica reads | storage bytes, broadcast "
+              "| bytes the broadcast moves between processes |", "|---|---|---|---|"]
+    for r in (2, 4, 8, 32, 256):
+        lines.append(f"| {r} | {_gib(r * data)} | {_gib(data)} | {_gib((r - 1) * data)} |")
+    lines.append("")
     return lines
 
 
