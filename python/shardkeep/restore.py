@@ -95,8 +95,11 @@ def _listing(paths: list[str]) -> str:
 def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts",
          sharing: broadcast_load.Plan | None, core_options, map_files: bool) -> list:
     slots = [slot for leaf_slots, _ in plans for slot in leaf_slots]
-    received = sharing.received_slots() if sharing is not None else set()
-    own = [slot for slot in slots if id(slot) not in received]
+    shared = set()
+    if sharing is not None:
+        sharing.choose_readers(reader, name, core_options)
+        shared = sharing.shared_slots()
+    own = [slot for slot in slots if id(slot) not in shared]
     mapper = file_mapping.FileMapper()
     if map_files and own:
         mapper.map_boxes(reader, name, own, core_options)
@@ -105,8 +108,12 @@ def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts",
     for slot in slots:
         if slot.buffer is None:
             slot.buffer = arena.empty(slot.shape, slot.dtype)
-    if to_read:
-        reader.read(name, [_request(slot) for slot in to_read], core_options)
+    requests = [_request(slot) for slot in to_read]
+    if sharing is not None:
+        requests += [_request(slot, origin, shape, buffer)
+                     for slot, origin, shape, buffer in sharing.own_pieces()]
+    if requests:
+        reader.read(name, requests, core_options)
     mapper.verify()
     if sharing is not None:
         sharing.exchange(core_options.timeout_s)
@@ -257,7 +264,7 @@ def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
              for (origin, extent), devices in
              shardings.addressable_boxes(sharding, shape).items()]
     if sharing is not None:
-        sharing.add_leaf(path, sharding, shape, key_shape, dtype, slots)
+        sharing.add_leaf(number, path, sharding, shape, key_shape, dtype, slots)
 
     def finish():
         arrays = [a for slot in slots for a in puts.arrays(slot.key)]
@@ -274,9 +281,13 @@ def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
     return slots, finish
 
 
-def _request(slot: _Slot) -> tuple:
-    return (slot.number, dtypes.name_of(slot.dtype), list(slot.origin), list(slot.shape),
-            dtypes.as_bytes(slot.buffer))
+def _request(slot: _Slot, origin=None, shape=None, buffer=None) -> tuple:
+    """A read of ``slot`` into its buffer, or of the part ``origin``/``shape``
+    of its leaf into ``buffer``."""
+    if buffer is None:
+        origin, shape, buffer = slot.origin, slot.shape, slot.buffer
+    return (slot.number, dtypes.name_of(slot.dtype), list(origin), list(shape),
+            dtypes.as_bytes(buffer))
 
 
 def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:
