@@ -27,9 +27,10 @@ holder would, halving the number of pieces is tried, down to the whole
 box. Smaller boxes are one piece each.
 
 Readers are chosen to spread the reads by bytes: boxes held by one process
-are its own reads; then the pieces, those with the fewest holders first
-and the largest first among them, each go to the holder with the fewest
-bytes so far (ties to the lowest process index). The reader casts on read,
+are its own reads; then the shared boxes, those with the fewest holders
+first and the largest pieces first among them, give their pieces to the
+holders with the fewest bytes so far, one each (ties to the lowest process
+index). The reader casts on read,
 so the bytes sent are in the target's dtype and receivers place them as
 they are: the result is bit-identical to every process reading.
 """
@@ -37,6 +38,7 @@ they are: the result is bit-identical to every process reading.
 from __future__ import annotations
 
 import collections
+import heapq
 import math
 
 import numpy as np
@@ -155,16 +157,20 @@ class Plan:
         for counts in tries:
             fits = [n for n in counts if not _overlap([next(fetched) for _ in range(n)])]
             parts.append(fits[0] if fits else 1)
-        self._pieces = [_Piece(box, rows) for box, n in zip(self._boxes, parts)
-                        for rows in box.cut(n)]
+        cut = [[_Piece(box, rows) for rows in box.cut(n)] for box, n in zip(self._boxes, parts)]
+        self._pieces = [piece for pieces in cut for piece in pieces]
         load = collections.Counter(self._sole_bytes)
-        # Pieces with the fewest holders first (they have the least
-        # choice), and among those the largest first, so that the small
-        # and the widely held pieces that come last even out the loads.
-        # Sorting is stable: ties keep the plan order, alike everywhere.
-        for piece in sorted(self._pieces, key=lambda p: (len(p.box.holders), -p.nbytes)):
-            piece.reader = min(piece.box.holders, key=lambda p: (load[p], p))
-            load[piece.reader] += piece.nbytes
+        # Boxes with the fewest holders first (they have the least choice),
+        # and among those the largest pieces first, so that the small and
+        # the widely held ones that come last even out the loads. A box's
+        # pieces go to its least loaded holders, one each. Sorting is
+        # stable: ties keep the plan order, alike in every process.
+        for pieces in sorted(cut, key=lambda ps: (len(ps[0].box.holders), -ps[0].nbytes)):
+            readers = heapq.nsmallest(len(pieces), pieces[0].box.holders,
+                                      key=lambda p: (load[p], p))
+            for piece, reader in zip(pieces, readers):
+                piece.reader = reader
+                load[reader] += piece.nbytes
 
     def shared_slots(self) -> set[int]:
         """The ids of this process's slots that it does not read whole:

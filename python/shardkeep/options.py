@@ -48,9 +48,11 @@ class Options:
         processes hold (a replicated mesh axis) is read from storage by one
         of them and sent to the others through JAX collectives, so storage
         serves one copy of the checkpoint whatever the number of replicas.
-        The result is bit-identical; every process must load the same
-        target. No effect in a single-process job, on numpy targets, or
-        without a target. See docs/SCALE.md.
+        The result is bit-identical. Every process must load the same
+        checkpoint with the same target (turn it off where processes load
+        different checkpoints, e.g. each its own local copy). No effect in
+        a single-process job, on numpy targets, or without a target. See
+        docs/SCALE.md.
       s3: settings for ``s3://`` paths that win over the environment and
         the AWS files (endpoint, region, credentials, profile); see
         ``shardkeep.S3Settings``. Requests to the store are retried within

@@ -3,7 +3,9 @@
 Every box this process needs, of every leaf, is requested from the C++
 reader in one call, so that the reads run in parallel and chunks shared by
 several boxes are coalesced there. Each unique box is read once, whatever
-number of local devices hold it.
+number of local devices hold it; in a multi-process job, boxes that
+several processes hold are read once in the whole job and sent to the
+other holders (``broadcast_load``).
 """
 
 from __future__ import annotations
