@@ -284,21 +284,24 @@ def report_b(b: dict) -> list[str]:
     return lines
 
 
+def _run_line(run: dict) -> str:
+    return (f"Run {run['started']}, shardkeep {run['shardkeep_commit']}, scale {run['scale']}, "
+            f"{run['reps']} repetition(s), caches "
+            f"{'dropped' if run['drop_caches'] else 'evicted per file (fadvise)'}.")
+
+
 def render(results: dict) -> str:
-    config = results["config"]
-    lines = [f"# W8: load-and-broadcast and the local tier ({config['scale']} scale)", "",
-             f"{results['started']}, {results['machine'].get('cpu', '?')}, "
-             f"{results['machine']['cores']} cores, {results['machine']['memory_gib']} GiB; "
-             f"4 processes × 1 CPU device, gloo collectives; shardkeep "
-             f"{results['versions'].get('shardkeep_commit', '?')}, "
-             f"{config['reps']} repetition(s), caches "
-             f"{'dropped' if config['drop_caches'] else 'evicted per file (fadvise)'}.", ""]
-    if "a" in results["parts"]:
-        lines += ["## a. Load-and-broadcast vs every replica reading", ""]
-        lines += report_a(results["parts"]["a"])
-    if "b" in results["parts"]:
-        lines += ["## b. Local tier", ""]
-        lines += report_b(results["parts"]["b"])
+    machine = results["machine"]
+    lines = ["# W8: load-and-broadcast and the local tier", "",
+             f"{machine.get('cpu', '?')}, {machine['cores']} cores, "
+             f"{machine['memory_gib']} GiB; 4 processes × 1 CPU device, gloo collectives "
+             "(bench/w8.py; bench/README.md says what each part measures).", ""]
+    titles = {"a": "## a. Load-and-broadcast vs every replica reading", "b": "## b. Local tier"}
+    for part, title in titles.items():
+        if part in results["parts"]:
+            summary = results["parts"][part]
+            lines += [title, "", _run_line(summary["run"]), ""]
+            lines += (report_a if part == "a" else report_b)(summary)
     return "\n".join(lines) + "\n"
 
 
@@ -350,22 +353,30 @@ def main(argv=None) -> int:
     if args.reps is None:
         args.reps = 1 if args.scale == "small" else 3
     parts = [p for p in args.parts.split(",") if p]
-    started = datetime.datetime.now(datetime.timezone.utc)
-    results = {"started": started.strftime("%Y-%m-%d %H:%M UTC"),
-               "config": {"scale": args.scale, "reps": args.reps, "parts": parts,
-                          "drop_caches": args.drop_caches, "processes": PROCESSES},
-               "machine": machine_info(), "versions": versions(), "parts": {}}
+    results = {"machine": machine_info(), "parts": {}}
+    # Parts run earlier into the same folder stay, so that each can be
+    # rerun alone (every part records its own run).
+    previous = os.path.join(args.out_dir, "results.json")
+    if os.path.exists(previous):
+        with open(previous) as f:
+            kept = json.load(f).get("parts", {})
+        results["parts"] = {p: kept[p] for p in kept if p not in parts}
+    commit = versions()
     for part in parts:
         clock = time.monotonic()
+        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         job = run_job(part, args)
         if "error" in job:
             summary = {"error": job["error"]}
         else:
             summary = summarize_a(job) if part == "a" else summarize_b(job)
-        summary["job_seconds"] = time.monotonic() - clock
+        summary["run"] = {"started": started, "scale": args.scale, "reps": args.reps,
+                          "drop_caches": args.drop_caches, "versions": commit,
+                          "shardkeep_commit": commit["shardkeep_commit"],
+                          "job_seconds": time.monotonic() - clock}
         summary["raw"] = job["processes"]
         results["parts"][part] = summary
-        print(f"W8 part {part}: {summary['job_seconds']:.0f} s"
+        print(f"W8 part {part}: {summary['run']['job_seconds']:.0f} s"
               + (f", FAILED: {summary['error']}" if "error" in summary else ""), flush=True)
     shutil.rmtree(os.path.join(args.local_root), ignore_errors=True)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -374,7 +385,7 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out_dir, "RESULTS.md"), "w") as f:
         f.write(render(results))
     print(f"W8: wrote {args.out_dir}/RESULTS.md", flush=True)
-    return 0 if all("error" not in s for s in results["parts"].values()) else 1
+    return 0 if all("error" not in results["parts"][p] for p in parts) else 1
 
 
 if __name__ == "__main__":
