@@ -178,12 +178,24 @@ class LocalTier:
         return LocalSave(step, q, name, future, time.monotonic())
 
     def committed(self, job: LocalSave) -> list[str]:
-        """Records a committed slice; returns the paths retention drops."""
+        """Records a committed slice; returns the paths retention drops.
+
+        Retention keeps the newest ``keep_last`` steps of each folder this
+        job writes. Folders it does not write (slices of a job with another
+        process count) lose every step older than those kept.
+        """
         steps = self.held.setdefault(job.folder, {})
         steps[job.step] = job.name
-        dropped = sorted(steps)[:-self.keep_last]
-        folder = os.path.join(self.root, f"p{job.folder}")
-        return [os.path.join(folder, steps.pop(s)) for s in dropped]
+        dropped = [(job.folder, s) for s in sorted(steps)[:-self.keep_last]]
+        oldest_kept = sorted(steps)[-self.keep_last:][0]
+        written = {self.me, (self.me - 1) % self.count}
+        for q, other in self.held.items():
+            if q not in written:
+                dropped += [(q, s) for s in other if s < oldest_kept]
+        paths = []
+        for q, s in dropped:
+            paths.append(os.path.join(self.root, f"p{q}", self.held[q].pop(s)))
+        return paths
 
     def forget(self, q: int, step: int) -> None:
         self.held.get(q, {}).pop(step, None)

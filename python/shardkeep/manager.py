@@ -326,6 +326,9 @@ class CheckpointManager:
         neither tier has a step.
         """
         self._check_open()
+        # The local saves in flight first: listing the local root removes
+        # what looks like the leftovers of unfinished saves.
+        self._wait_local()
         persistent = self.latest_step()
         decision = self._local.decide() if self._local is not None else None
         if decision is not None and (persistent is None or decision.step >= persistent):
@@ -348,7 +351,7 @@ class CheckpointManager:
         if self._local is None:
             return {}
         with self._lock:
-            return {q: sorted(steps) for q, steps in self._local.held.items()}
+            return {q: sorted(steps) for q, steps in self._local.held.items() if steps}
 
     # -- waiting and closing ---------------------------------------------
 

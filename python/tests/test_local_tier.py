@@ -203,15 +203,23 @@ def test_killed_job_resumes_from_local_then_peer_copies_then_persistent(tmp_path
     assert all(r["exact"] for r in results)
 
     # Another process count: two processes whose roots hold every slice
-    # between them (process 0 only its own and its old peer copy).
+    # between them (process 0 only its own and its old peer copy), and no
+    # persistent step. They resume and save two steps; the slices of the
+    # four-process job are then dropped.
     two = str(tmp_path / "two{process}")
     shutil.copytree(roots[0], two.format(process=0))
     for r in (roots[1], roots[3]):
         shutil.copytree(r, two.format(process=1), dirs_exist_ok=True)
-    results = run_job(2, 2, "local_tier_scenarios:restore_only",
-                      dict(root=root, local_root=two), timeout=180)
+    results = run_job(2, 2, "local_tier_scenarios:train",
+                      dict(root=str(tmp_path / "persistent-two"), local_root=two,
+                           last_step=newest + 2), timeout=180)
     assert [r["restored"] for r in results] == [newest] * 2, results
     assert all(r["exact"] for r in results)
+    for p, r in enumerate(results):
+        assert r["local_steps"] == {"0": [newest + 1, newest + 2],
+                                    "1": [newest + 1, newest + 2]}
+    assert _committed(os.path.join(two.format(process=0), "p3")) == []
+    assert _committed(os.path.join(two.format(process=1), "p2")) == []
 
     # Two adjacent roots gone: slice 1 (kept by processes 1 and 2) is lost,
     # so the persistent step is restored.
