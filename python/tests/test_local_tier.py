@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
-from shardkeep import local_tier
+from shardkeep import _core, local_tier
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "multiprocess"))
 from harness import run_job  # noqa: E402
@@ -143,6 +143,28 @@ def test_persistent_step_wins_over_an_older_local_one(tmp_path):
     with _manager(tmp_path, local_save_interval_steps=3) as mgr:
         step, value = mgr.restore()
     assert step == 4 and np.array_equal(value["w"], np.asarray(_state(4, mesh)["w"]))
+
+
+def test_a_failed_local_save_surfaces_and_the_tier_goes_on(tmp_path):
+    mesh = _mesh()
+    with _manager(tmp_path) as mgr:
+        mgr.save(1, _state(1, mesh))
+        mgr.wait()
+        # Step 2's local save fails at its first data write.
+        _core.testing.arm_storage_faults([("Append", "p0/000000002", 1, -1, "fail", 0)])
+        try:
+            mgr.save(2, _state(2, mesh))
+            with pytest.raises(sk.StorageError,
+                               match="local save of step 2 .*injected failure of Append"):
+                mgr.wait()
+        finally:
+            _core.testing.disarm_storage_faults()
+        mgr.save(3, _state(3, mesh))
+        mgr.wait()
+        assert mgr.local_steps() == {0: [1, 3]}
+        step, value = mgr.restore(_state(0, mesh))
+    assert step == 3 and _equal(value, _state(3, mesh))
+    assert sorted(os.listdir(tmp_path / "local0" / "p0")) == ["000000001", "000000003"]
 
 
 def test_local_arguments_are_checked(tmp_path):
