@@ -32,6 +32,11 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    generations inside ``<step>``) is removed (primary) before the next save
    starts, so that one failure's partial files (a full disk's) do not make
    every later save fail too.
+5. With a ``local_root``, ``shardkeep.local_tier`` saves each process's
+   slice (and a copy of its ring predecessor's) to that per-process root
+   at its own interval; the worker observes those commits too and applies
+   ``local_keep_last`` per slice folder. ``restore`` (collective) picks
+   the newest step either tier can rebuild.
 """
 
 from __future__ import annotations
@@ -115,6 +120,13 @@ class CheckpointManager:
     Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
     ``best_metric`` in ``best_mode``) runs after each commit; see
     ``shardkeep.retention`` and docs/MANAGER.md.
+
+    ``local_root`` (a path per process; ``{process}`` in it is replaced by
+    the process index) adds a local tier: every
+    ``local_save_interval_steps`` steps each process saves its part of the
+    state there and a copy of a peer's, keeping ``local_keep_last`` steps;
+    ``restore`` resumes from the newest step either tier can rebuild (see
+    ``shardkeep.local_tier`` and docs/MANAGER.md, "Local tier").
 
     The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
     (configured by the environment or ``options.s3``, see
