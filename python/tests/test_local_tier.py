@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
-from shardkeep import _core, local_tier
+from shardkeep import _core, local_slices
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "multiprocess"))
 from harness import run_job  # noqa: E402
@@ -92,8 +92,8 @@ def test_a_local_slice_is_a_checkpoint_of_its_own(tmp_path):
     path = tmp_path / "local0" / "p0" / "000000001"
     record = json.loads((path / "_SHARDKEEP").read_text())
     assert record["custom_metadata"] == {"shardkeep_local": {"process": 0, "process_count": 1}}
-    slice_info = sk.load_checkpointables(path, {local_tier.SLICE_PART: None})
-    parts = {p["name"]: p for p in slice_info[local_tier.SLICE_PART]["parts"]}
+    slice_info = sk.load_checkpointables(path, {local_slices.SLICE_PART: None})
+    parts = {p["name"]: p for p in slice_info[local_slices.SLICE_PART]["parts"]}
     boxes = sk.load_checkpointables(path, {"w": None})["w"]
     expected = np.asarray(_state(1, mesh)["w"])
     assert len(boxes) == len(parts["w"]["shards"]) == 8
