@@ -113,6 +113,7 @@ class LocalTier:
                 f"checkpointable name {local_slices.SLICE_PART!r} is reserved by the local tier")
         self._last_started = step
         started = time.monotonic()
+        self._drop_from(step)
         parts, lease = save_lib.stage_parts(items, self._options, own_copies=True)
         try:
             header, buffers = local_slices.describe(parts)
@@ -157,6 +158,22 @@ class LocalTier:
             custom_metadata={"shardkeep_local": {"process": q, "process_count": self.count}},
             force=True, lease=lease)
         return LocalSave(step, q, name, future, time.monotonic())
+
+    def _drop_from(self, step: int) -> None:
+        """Deletes the slices of ``step`` and later steps found in the root.
+
+        They belong to a run that went further before it stopped (this run
+        resumed from an earlier step): left there, slices of two runs at one
+        step could together look like a complete step, and retention would
+        keep them instead of this run's steps. Called with no local save in
+        flight, so nothing else changes the record meanwhile.
+        """
+        core_options = self._options.to_core()
+        for q, steps in self.held.items():
+            for s in sorted(x for x in steps if x >= step):
+                path = os.path.join(self.root, f"p{q}", steps.pop(s))
+                logger.info("deleting %s: a later step of an earlier run", path)
+                _core.delete_checkpoint(path, core_options)
 
     def committed(self, job: LocalSave) -> list[str]:
         """Records a committed slice; returns the paths retention drops.

@@ -167,6 +167,22 @@ def test_a_failed_local_save_surfaces_and_the_tier_goes_on(tmp_path):
     assert sorted(os.listdir(tmp_path / "local0" / "p0")) == ["000000001", "000000003"]
 
 
+def test_a_resumed_run_drops_the_later_local_steps_of_the_run_before(tmp_path):
+    mesh = _mesh()
+    with _manager(tmp_path, save_interval_steps=100) as mgr:
+        for step in range(1, 7):
+            mgr.save(step, _state(step, mesh))
+    # Resumed from step 3 (say, the persistent tier): its step 4 differs.
+    with _manager(tmp_path, save_interval_steps=100) as mgr:
+        mgr.save(4, _state(40, mesh))
+        mgr.wait()
+        assert mgr.local_steps() == {0: [4]}
+    assert _committed(tmp_path / "local0" / "p0") == [4]
+    with _manager(tmp_path, save_interval_steps=100) as mgr:
+        step, value = mgr.restore(_state(0, mesh))
+    assert step == 4 and _equal(value, _state(40, mesh))
+
+
 def test_local_arguments_are_checked(tmp_path):
     with pytest.raises(sk.InvalidArgumentError, match="local_save_interval_steps"):
         sk.CheckpointManager(tmp_path / "a", local_root=str(tmp_path / "l"))
@@ -210,10 +226,13 @@ def test_killed_job_resumes_from_local_then_peer_copies_then_persistent(tmp_path
     newest += 1
     persistent = max(_committed(root))
     assert persistent < newest
-    # Local retention: two steps per slice folder (own and peer copy).
+    # Local retention: at most two steps per slice folder (own slice and
+    # peer copy), the new one last. (The step before may be missing from
+    # one copy: the job was killed while saving it.)
     for p, r in enumerate(results):
-        assert r["local_steps"] == {str(p): [newest - 1, newest],
-                                    str((p - 1) % PROCESSES): [newest - 1, newest]}
+        assert sorted(r["local_steps"]) == sorted([str(p), str((p - 1) % PROCESSES)])
+        for steps in r["local_steps"].values():
+            assert len(steps) <= 2 and steps[-1] == newest and steps[0] >= newest - 2, results
         assert r["persistent_steps"][-1] == persistent
 
     # A replaced host: process 2's root is empty; its slice comes from
