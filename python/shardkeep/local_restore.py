@@ -22,6 +22,7 @@ Collective: every process of the job calls ``load`` with the same decision
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import math
@@ -88,9 +89,8 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
         kind = parts[name]["kind"]
         if kind == "pytree":
             reader = _PieceReader(where, pieces[name], fetched)
-            value = restore.restore_pytree(reader, f"{where}/{name}", name, metas[name],
-                                           target, partial=partial,
-                                           core_options=core_options, map_files=False)
+            value = _restore_pytree(reader, f"{where}/{name}", name, metas[name], target,
+                                    partial, core_options)
         elif target is not None:
             raise InvalidArgumentError(f"{where}/{name} is of kind {kind!r}, which takes"
                                        " no target")
@@ -214,6 +214,17 @@ def _read_pieces(tier, decision: Decision, keys: list[tuple],
     return out
 
 
+def _restore_pytree(reader, where: str, name: str, meta: dict, target: Any, partial: bool,
+                    core_options) -> Any:
+    """``restore.restore_pytree`` on one of this module's readers: no file
+    mapping (there are no files), and no load-and-broadcast where restore
+    has it (the pieces were already fetched; both passes must plan alike)."""
+    kwargs = dict(partial=partial, core_options=core_options, map_files=False)
+    if "broadcast" in inspect.signature(restore.restore_pytree).parameters:
+        kwargs["broadcast"] = False
+    return restore.restore_pytree(reader, where, name, meta, target, **kwargs)
+
+
 class _Planned(Exception):
     """Stops a planning pass of restore_pytree at its read, with its requests."""
 
@@ -232,8 +243,8 @@ def _planned_requests(where: str, name: str, meta: dict, target: Any, partial: b
     """The (leaf, dtype name, origin, shape) boxes a load of ``target`` reads
     on this process: restore_pytree's own plan, stopped at its read."""
     try:
-        restore.restore_pytree(_PlanningReader(), f"{where}/{name}", name, meta, target,
-                               partial=partial, core_options=core_options, map_files=False)
+        _restore_pytree(_PlanningReader(), f"{where}/{name}", name, meta, target, partial,
+                        core_options)
     except _Planned as planned:
         return planned.requests
     return []
