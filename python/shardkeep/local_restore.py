@@ -3,7 +3,7 @@
 Collective: every process of the job calls ``load`` with the same decision
 (``LocalTier.decide``) and targets.
 
-1. Descriptions: each slice's lowest-numbered holder sends its
+1. Descriptions: each slice's server (``Decision.server``) sends its
    ``shardkeep-local-slice`` record to the processes that lack the slice;
    the lowest holder of any slice sends the json and bytes values to the
    processes that hold none.
@@ -12,7 +12,7 @@ Collective: every process of the job calls ``load`` with the same decision
    each box is cut into the stored boxes it overlaps.
 3. Fetch: pieces of slices held here are read from the local slice
    checkpoints (the core checks their checksums and casts); the others are
-   asked of the slice's lowest holder, which reads them the same way and
+   asked of the slice's server, which reads them the same way and
    sends the bytes back. Only the bytes the target needs travel.
 4. Build: ``restore_pytree`` runs again with a reader that copies the
    pieces into its buffers, so values, shardings, casts, PRNG keys and
@@ -46,6 +46,14 @@ class Decision:
     process_count: int                 # P_S: processes that saved the step
     holders: dict[int, list[int]]      # slice q -> processes holding it
     paths: dict[int, str]              # slice q -> its checkpoint, for slices held here
+
+    def server(self, q: int) -> int:
+        """The process that sends slice q's description and pieces to the
+        processes without it: process q itself when it still holds its
+        slice (so that no process serves two slices while others serve
+        none), else the lowest holder of the peer copy."""
+        holders = self.holders[q]
+        return q if q in holders else holders[0]
 
 
 def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
@@ -107,7 +115,7 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
 def _gather_descriptions(tier, decision: Decision, core_options
                          ) -> tuple[dict[int, dict], dict[str, bytes]]:
     """Every slice's description, and the json/bytes values (collective:
-    each slice's lowest holder sends its description to the others)."""
+    each slice's server sends its description to the others)."""
     slices: dict[int, dict] = {}
     values: dict[str, bytes] = {}
     readers = {q: _core.Reader(path, core_options) for q, path in decision.paths.items()}
@@ -120,7 +128,7 @@ def _gather_descriptions(tier, decision: Decision, core_options
     if tier.count > 1:
         outgoing: dict[int, list[np.ndarray]] = {}
         for q, holders in decision.holders.items():
-            if holders[0] != tier.me:
+            if decision.server(q) != tier.me:
                 continue
             description = local_slices.json_bytes(slices[q])
             for p in range(tier.count):
@@ -163,8 +171,7 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
             dtype_name = request[1]
             for q, k, sub_origin, sub_shape, _ in request_pieces:
                 key = (name, q, k, sub_origin, sub_shape, dtype_name)
-                holder = (tier.me if tier.me in decision.holders[q]
-                          else decision.holders[q][0])
+                holder = tier.me if tier.me in decision.holders[q] else decision.server(q)
                 wanted.setdefault(holder, []).append(key)
     for holder in wanted:
         wanted[holder] = sorted(set(wanted[holder]))
