@@ -123,7 +123,8 @@ class LocalTier:
         saves = []
         if self.count > 1:
             pred, succ = (self.me - 1) % self.count, (self.me + 1) % self.count
-            message = [local_slices.json_bytes({**header, "process": self.me, "step": step}), *buffers]
+            header_bytes = local_slices.json_bytes({**header, "process": self.me, "step": step})
+            message = [header_bytes, *buffers]
             try:
                 received = exchange.exchange_bytes({succ: message},
                                                    timeout_s=self._options.timeout_s)
@@ -244,6 +245,8 @@ class LocalTier:
         leftovers of unfinished saves are removed."""
         found: dict[int, dict[int, tuple[str, int]]] = {}
         core_options = self._options.to_core()
+        if not os.path.isdir(self.root):  # wiped while this manager runs
+            return found
         for entry in sorted(os.listdir(self.root)):
             match = _FOLDER.fullmatch(entry)
             folder = os.path.join(self.root, entry)
