@@ -28,6 +28,7 @@
 #include "shardkeep/checkpoint_root.h"
 #include "meta_objects.h"
 #include "storage/process_faults.h"
+#include "storage/read_counter.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -586,6 +587,27 @@ struct PyReader {
     }
     return out;
   }
+
+  // Requests as for Locate; for each, the (file, offset, length) ranges a
+  // read of it fetches (CheckpointReader::Ranges).
+  nb::list StoredRanges(const std::string& name, nb::list requests, const Options& options) {
+    std::vector<ReadRequest> parsed;
+    for (nb::handle item : requests) {
+      LeafBox request = ParseLeafBox(item, "a ranges request");
+      parsed.push_back({request.leaf, request.dtype, std::move(request.box), nullptr});
+    }
+    std::vector<std::vector<StoredRange>> ranges = ValueOrRaise(
+        WithoutGil([&] { return reader->Ranges(name, parsed, options); }), url);
+    nb::list out;
+    for (const std::vector<StoredRange>& request_ranges : ranges) {
+      nb::list one;
+      for (const StoredRange& range : request_ranges) {
+        one.append(nb::make_tuple(range.file, range.offset, range.length));
+      }
+      out.append(one);
+    }
+    return out;
+  }
 };
 
 // (name, state, step, commit_json, problem) of each entry under `url`;
@@ -735,7 +757,10 @@ NB_MODULE(_core, m) {
            "meta.json of a checkpointable, decoded and checked by the core.")
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
-      .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options());
+      .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options())
+      .def("ranges", &PyReader::StoredRanges, "name"_a, "requests"_a, "options"_a = Options(),
+           "For each request (leaf, dtype, origin, shape, None): the (file, offset, length)"
+           " ranges of data files its read fetches, in file order; needs no data file.");
 
   m.def("open_safetensors", &PyReader::OpenSafetensors, "url"_a, "options"_a = Options(),
         nb::rv_policy::take_ownership,
@@ -743,6 +768,11 @@ NB_MODULE(_core, m) {
   m.def("encode_meta",
         [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
         "meta.json's text for a meta dict, checked and written by the core.");
+  m.def("storage_bytes_read", &StorageBytesRead,
+        "Bytes this process has read through the file and S3 backends (every read and"
+        " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"
+        " default for raw chunks on local files) are not read through storage and"
+        " are not counted: measure with map_files=False.");
   m.def("list_checkpoints", &ListCheckpointsPy, "root"_a, "options"_a = Options(),
         "(name, state, step, commit_json, problem) of each entry under a root.");
   m.def(

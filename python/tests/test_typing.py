@@ -15,7 +15,8 @@ def test_the_package_is_marked_typed_and_the_extension_has_stubs():
     with open(os.path.join(folder, "_core.pyi")) as f:
         stub = f.read()
     for declared in ("def start_save(", "class SaveHandle", "def cancel(self) -> bool",
-                     "class Options", "class Reader", "def list_checkpoints("):
+                     "class Options", "class Reader", "def list_checkpoints(",
+                     "def ranges(self", "def storage_bytes_read() -> int"):
         assert declared in stub, declared
     compile(stub, "_core.pyi", "exec")  # valid Python
 

@@ -112,10 +112,9 @@ struct ReadRequest {
   uint8_t* dst = nullptr;
 };
 
-// Where a requested box lies when it is stored raw, in the requested dtype,
-// as exactly one chunk: the data file and byte range holding its bytes
-// (row-major), and their XXH3-64 checksum (none for safetensors files,
-// which carry no checksums).
+// A byte range of a data file: a chunk as stored (or the slab of a
+// safetensors tensor a read takes), and the XXH3-64 checksum of its bytes
+// (none for safetensors files, which carry no checksums).
 struct StoredRange {
   std::string file;
   uint64_t offset = 0;
@@ -168,6 +167,18 @@ class CheckpointReader {
   // instead of reading them (verifying the checksum itself). Requests are
   // checked as by Read, coverage included.
   virtual Result<std::vector<std::optional<StoredRange>>> Locate(
+      const std::string& checkpointable, const std::vector<ReadRequest>& requests,
+      const Options& options) = 0;
+  // For each request (dst unused): the byte ranges a Read of it fetches,
+  // each chunk it touches once (whole, as its checksum covers it whole; of
+  // a safetensors tensor, the slab of rows Read takes), ordered by data file
+  // (process, then file number) and offset. Needs only meta.json and the
+  // index files, not the data files: a caller can fetch exactly these bytes
+  // from elsewhere (another process, a peer's copy) and then Read. Read may
+  // also read the gaps between neighbouring ranges it merges
+  // (Options::coalesce_gap_bytes) but uses none of their bytes. Requests are
+  // checked as by Read.
+  virtual Result<std::vector<std::vector<StoredRange>>> Ranges(
       const std::string& checkpointable, const std::vector<ReadRequest>& requests,
       const Options& options) = 0;
 

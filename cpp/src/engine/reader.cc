@@ -180,10 +180,29 @@ class Reader final : public CheckpointReader {
         out.emplace_back(std::nullopt);
         continue;
       }
-      StoredRange range{DataFilePath(name, chunk->process, chunk->record.data_file),
-                        chunk->record.offset, chunk->record.stored_length, std::nullopt};
-      if (external_files_.empty()) range.checksum = chunk->record.checksum;
-      out.push_back(std::move(range));
+      out.push_back(RangeOf(name, *chunk));
+    }
+    return out;
+  }
+
+  Result<std::vector<std::vector<StoredRange>>> Ranges(
+      const std::string& name, const std::vector<ReadRequest>& requests,
+      const Options& options) override {
+    SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
+    std::vector<std::vector<StoredRange>> out;
+    out.reserve(requests.size());
+    for (const ReadRequest& request : requests) {
+      // Planned alone, as Read plans it: one entry per chunk (or slab).
+      std::map<const StoredChunk*, ChunkRead> reads;
+      Slabs slabs;
+      SK_RETURN_IF_ERROR(Plan(name, *part, request, options, reads, slabs));
+      std::vector<const StoredChunk*> chunks;
+      chunks.reserve(reads.size());
+      for (const auto& [chunk, read] : reads) chunks.push_back(chunk);
+      std::sort(chunks.begin(), chunks.end(), InFileOrder);
+      std::vector<StoredRange>& ranges = out.emplace_back();
+      ranges.reserve(chunks.size());
+      for (const StoredChunk* chunk : chunks) ranges.push_back(RangeOf(name, *chunk));
     }
     return out;
   }
@@ -253,6 +272,20 @@ class Reader final : public CheckpointReader {
   std::string DataFilePath(const std::string& name, int process, uint32_t data_file) const {
     if (!external_files_.empty()) return external_files_[data_file];
     return Folder(name) + "/" + format::DataFileName(process, data_file);
+  }
+
+  // The bytes of `chunk` (or slab) in its data file.
+  StoredRange RangeOf(const std::string& name, const StoredChunk& chunk) const {
+    StoredRange range{DataFilePath(name, chunk.process, chunk.record.data_file),
+                      chunk.record.offset, chunk.record.stored_length, std::nullopt};
+    if (external_files_.empty()) range.checksum = chunk.record.checksum;
+    return range;
+  }
+
+  // The order reads go in: by data file, then offset.
+  static bool InFileOrder(const StoredChunk* a, const StoredChunk* b) {
+    return std::tie(a->process, a->record.data_file, a->record.offset) <
+           std::tie(b->process, b->record.data_file, b->record.offset);
   }
 
   static format::CommitRecord SafetensorsRecord() {
@@ -412,10 +445,7 @@ class Reader final : public CheckpointReader {
     std::vector<ChunkRead*> order;
     for (auto& [chunk, read] : reads) order.push_back(&read);
     std::sort(order.begin(), order.end(), [](const ChunkRead* a, const ChunkRead* b) {
-      const auto& ra = a->chunk->record;
-      const auto& rb = b->chunk->record;
-      return std::tie(a->chunk->process, ra.data_file, ra.offset) <
-             std::tie(b->chunk->process, rb.data_file, rb.offset);
+      return InFileOrder(a->chunk, b->chunk);
     });
     const uint64_t max_range = std::max<uint64_t>(options.chunk_bytes, 8ull << 20);
     std::vector<RangeRead> ranges;

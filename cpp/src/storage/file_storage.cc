@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "shardkeep/storage.h"
+#include "storage/read_counter.h"
 
 namespace shardkeep {
 namespace {
@@ -116,7 +117,8 @@ Status WriteFully(int fd, const char* data, size_t size,
   return Status::Ok();
 }
 
-// Reads up to `size` bytes at `offset`; fewer only at end of file.
+// Reads up to `size` bytes at `offset`; fewer only at end of file. Every
+// read of the backend goes through here, which counts what it read.
 Result<uint64_t> PreadFully(int fd, uint64_t offset, uint64_t size, char* dst,
                             const std::string& path) {
   uint64_t done = 0;
@@ -130,6 +132,7 @@ Result<uint64_t> PreadFully(int fd, uint64_t offset, uint64_t size, char* dst,
     if (n == 0) break;
     done += static_cast<uint64_t>(n);
   }
+  CountStorageBytesRead(done);
   return done;
 }
 

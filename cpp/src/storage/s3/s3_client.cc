@@ -9,6 +9,8 @@
 #include <thread>
 #include <utility>
 
+#include "storage/read_counter.h"
+
 namespace shardkeep::s3 {
 namespace {
 
@@ -238,7 +240,9 @@ Result<S3Answer> S3Client::GetRange(const std::string& key, uint64_t offset,
   request.dst = dst;
   request.dst_capacity = size;
   request.handled_statuses = {416};  // InvalidRange: starts past the end
-  return Execute(request);
+  SK_ASSIGN_OR_RETURN(S3Answer answer, Execute(request));
+  CountStorageBytesRead(answer.response.dst_bytes);
+  return answer;
 }
 
 Result<std::string> S3Client::GetObject(const std::string& key) const {
@@ -247,6 +251,7 @@ Result<std::string> S3Client::GetObject(const std::string& key) const {
   request.method = "GET";
   request.key = key;
   SK_ASSIGN_OR_RETURN(S3Answer answer, Execute(request));
+  CountStorageBytesRead(answer.response.body.size());
   return std::move(answer.response.body);
 }
 

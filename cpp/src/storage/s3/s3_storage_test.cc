@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 
+#include "storage/read_counter.h"
 #include "storage/s3/curl_transport.h"
 #include "testing/seaweed_server.h"
 #include "testing/status_matchers.h"
@@ -195,6 +196,22 @@ TEST_F(S3StorageTest, MultipartWithParallelPartsReadsBackByteExact) {
                                 range.data()));
   EXPECT_TRUE(range == data.substr(offset, range.size()));
   EXPECT_TRUE(OpenUploads().empty());
+}
+
+// The process-wide count of bytes read through storage covers GETs: what
+// each returned, not what the caller asked for.
+TEST_F(S3StorageTest, GetsAddTheirBytesToTheReadCount) {
+  SK_ASSERT_OK(storage_->WriteAll(root_ + "/counted", std::string(5000, 'c'), true));
+  const uint64_t before = StorageBytesRead();
+  std::string range(1234, '\0');
+  SK_ASSERT_OK(storage_->ReadAt(root_ + "/counted", 100, range.size(), range.data()));
+  EXPECT_EQ(StorageBytesRead() - before, 1234u);
+  SK_ASSERT_OK_AND_ASSIGN(std::string whole, storage_->ReadAll(root_ + "/counted"));
+  EXPECT_EQ(StorageBytesRead() - before, 1234u + 5000u);
+  // Listing and sizes are not data.
+  SK_ASSERT_OK(storage_->FileSize(root_ + "/counted").status());
+  SK_ASSERT_OK(storage_->List(root_).status());
+  EXPECT_EQ(StorageBytesRead() - before, 1234u + 5000u);
 }
 
 TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
