@@ -66,9 +66,13 @@ def test_restore_takes_the_newest_local_step_bit_exact(tmp_path):
             mgr.save(step, _state(step, mesh))
     with _manager(tmp_path) as mgr:
         step, value = mgr.restore(_state(0, mesh))
+        assert mgr.restore()[0] == 6
+        _, whole = mgr.restore()  # no target: every checkpointable, as numpy
     assert step == 6
     assert _equal(value, _state(6, mesh))
     assert value["w"].sharding == NamedSharding(mesh, P("a", "b"))
+    assert sorted(whole) == ["n", "name", "r", "s", "w"]
+    assert isinstance(whole["w"], np.ndarray) and _equal(whole, _state(6, mesh))
 
 
 def test_local_and_persistent_retention_are_independent(tmp_path):
