@@ -71,18 +71,19 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
         results[name] = _load_one(reader, path, name, available[name]["kind"], target,
-                                  partial, core_options, map_files)
+                                  partial, core_options, map_files, options.broadcast_load)
     return results
 
 
 def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: bool,
-              core_options, map_files: bool) -> Any:
+              core_options, map_files: bool, broadcast: bool) -> Any:
     where = f"{path}/{name}"
     meta = reader.meta(name)
     if kind == "pytree":
         with gc_paused():
             value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,
-                                           core_options=core_options, map_files=map_files)
+                                           core_options=core_options, map_files=map_files,
+                                           broadcast=broadcast)
     elif target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
     elif kind == "json":

@@ -44,6 +44,15 @@ class Options:
         of the state, held between saves. False: a save stages into fresh
         memory, freed when it finishes. ``shardkeep.release_staging_memory()``
         and ``CheckpointManager.close()`` free the kept memory.
+      broadcast_load: in a multi-process load, each box that several
+        processes hold (a replicated mesh axis) is read from storage by one
+        of them and sent to the others through JAX collectives, so storage
+        serves one copy of the checkpoint whatever the number of replicas.
+        The result is bit-identical. Every process must load the same
+        checkpoint with the same target (turn it off where processes load
+        different checkpoints, e.g. each its own local copy). No effect in
+        a single-process job, on numpy targets, or without a target. See
+        docs/SCALE.md.
       s3: settings for ``s3://`` paths that win over the environment and
         the AWS files (endpoint, region, credentials, profile); see
         ``shardkeep.S3Settings``. Requests to the store are retried within
@@ -59,6 +68,7 @@ class Options:
     allow_lossy_cast: bool = False
     map_files: bool = True
     reuse_staging_memory: bool = True
+    broadcast_load: bool = True
     s3: S3Settings | None = None
 
     def __post_init__(self):

@@ -3,7 +3,9 @@
 Every box this process needs, of every leaf, is requested from the C++
 reader in one call, so that the reads run in parallel and chunks shared by
 several boxes are coalesced there. Each unique box is read once, whatever
-number of local devices hold it.
+number of local devices hold it; in a multi-process job, boxes that
+several processes hold are read once in the whole job and sent to the
+other holders (``broadcast_load``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import dtypes, file_mapping, host_memory, prng_keys, shardings, tree_codec
+from . import broadcast_load, dtypes, file_mapping, host_memory, prng_keys, shardings, tree_codec
 from .errors import IncompatibleError, InvalidArgumentError
 
 
@@ -39,26 +41,31 @@ _MAX_LISTED = 20
 
 
 def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
-                   partial: bool, core_options, map_files: bool) -> Any:
+                   partial: bool, core_options, map_files: bool, broadcast: bool) -> Any:
     """Loads checkpointable ``name`` (meta.json already parsed into ``meta``).
 
     ``where`` ("<checkpoint>/<name>") prefixes error messages. See
     ``shardkeep.load`` for the meaning of ``target`` and ``partial``;
     ``map_files``: map raw chunks of local files instead of reading them
-    (see ``file_mapping``).
+    (see ``file_mapping``); ``broadcast``: in a multi-process job, boxes of
+    jax-sharded target leaves that several processes hold are read by one
+    of them and sent to the others (see ``broadcast_load``).
     """
     saved = meta["leaves"]
     puts = _DevicePuts()
     if target is None:
-        plans = [_plan_leaf(where, i, leaf, None, puts) for i, leaf in enumerate(saved)]
-        values = _run(reader, name, plans, puts, core_options, map_files)
+        plans = [_plan_leaf(where, i, leaf, None, puts, None) for i, leaf in enumerate(saved)]
+        values = _run(reader, name, plans, puts, None, core_options, map_files)
         return tree_codec.rebuild(meta["tree"], values)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, [leaf["path"] for leaf in saved], partial)
-    plans = [_plan_leaf(where, n, saved[n], t, puts) for n, (_, t) in zip(numbers, keyed)]
+    sharing = (broadcast_load.Plan(jax.process_index())
+               if broadcast and jax.process_count() > 1 else None)
+    plans = [_plan_leaf(where, n, saved[n], t, puts, sharing)
+             for n, (_, t) in zip(numbers, keyed)]
     return jax.tree_util.tree_unflatten(
-        treedef, _run(reader, name, plans, puts, core_options, map_files))
+        treedef, _run(reader, name, plans, puts, sharing, core_options, map_files))
 
 
 def _match(where: str, target_paths: list[str], saved_paths: list[str],
@@ -87,19 +94,31 @@ def _listing(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts", core_options,
-         map_files: bool) -> list:
+def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts",
+         sharing: broadcast_load.Plan | None, core_options, map_files: bool) -> list:
     slots = [slot for leaf_slots, _ in plans for slot in leaf_slots]
+    shared = set()
+    if sharing is not None:
+        sharing.choose_readers(reader, name, core_options)
+        shared = sharing.shared_slots()
+    own = [slot for slot in slots if id(slot) not in shared]
     mapper = file_mapping.FileMapper()
-    if map_files and slots:
-        mapper.map_boxes(reader, name, slots, core_options)
+    if map_files and own:
+        mapper.map_boxes(reader, name, own, core_options)
+    to_read = [slot for slot in own if slot.buffer is None]
     arena = host_memory.Arena()
-    to_read = [slot for slot in slots if slot.buffer is None]
-    for slot in to_read:
-        slot.buffer = arena.empty(slot.shape, slot.dtype)
-    if to_read:
-        reader.read(name, [_request(slot) for slot in to_read], core_options)
+    for slot in slots:
+        if slot.buffer is None:
+            slot.buffer = arena.empty(slot.shape, slot.dtype)
+    requests = [_request(slot) for slot in to_read]
+    if sharing is not None:
+        requests += [_request(slot, origin, shape, buffer)
+                     for slot, origin, shape, buffer in sharing.own_pieces()]
+    if requests:
+        reader.read(name, requests, core_options)
     mapper.verify()
+    if sharing is not None:
+        sharing.exchange(core_options.timeout_s)
     for slot in slots:
         if slot.devices is not None:
             slot.key = puts.add(slot.buffer, slot.devices)
@@ -142,8 +161,8 @@ class _DevicePuts:
         return [self._first_arrays[first]] + [self._other_arrays[i] for i in others]
 
 
-def _plan_leaf(where: str, number: int, saved: dict, target: Any,
-               puts: _DevicePuts) -> _Plan:
+def _plan_leaf(where: str, number: int, saved: dict, target: Any, puts: _DevicePuts,
+               sharing: broadcast_load.Plan | None) -> _Plan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
@@ -158,8 +177,8 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any,
     if kind == "scalar":
         return _plan_scalar(where, saved, target)
     if _wants_keys(saved, target):
-        return _plan_keys(where, number, saved, target, puts)
-    return _plan_array(where, number, saved, target, puts)
+        return _plan_keys(where, number, saved, target, puts, sharing)
+    return _plan_array(where, number, saved, target, puts, sharing)
 
 
 def _wants_keys(saved: dict, target: Any) -> bool:
@@ -171,8 +190,8 @@ def _wants_keys(saved: dict, target: Any) -> bool:
     return hasattr(target, "dtype") and prng_keys.is_key(target.dtype)
 
 
-def _plan_keys(where: str, number: int, saved: dict, target: Any,
-               puts: _DevicePuts) -> _Plan:
+def _plan_keys(where: str, number: int, saved: dict, target: Any, puts: _DevicePuts,
+               sharing: broadcast_load.Plan | None) -> _Plan:
     """Typed keys from stored key data: with the target's implementation,
     shape and sharding, or without a target the saved ones (the saved
     sharding when this job has its devices, else the default device).
@@ -196,7 +215,7 @@ def _plan_keys(where: str, number: int, saved: dict, target: Any,
         raise IncompatibleError(
             f"{where}: leaf {path!r} is {saved['dtype']}{list(stored)} in the checkpoint;"
             f" {impl} keys of shape {list(shape)} need key data of uint32{list(needed)}")
-    return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, puts,
+    return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, puts, sharing,
                          key_impl=impl)
 
 
@@ -216,8 +235,8 @@ def _decode_scalar(saved: dict):
     return bool(value) if saved["dtype"] == "bool" else int(value)
 
 
-def _plan_array(where: str, number: int, saved: dict, target: Any,
-                puts: _DevicePuts) -> _Plan:
+def _plan_array(where: str, number: int, saved: dict, target: Any, puts: _DevicePuts,
+                sharing: broadcast_load.Plan | None) -> _Plan:
     path, shape = saved["path"], tuple(saved["shape"])
     whole = (0,) * len(shape)
     if target is None or isinstance(target, (bool, int, float)):
@@ -231,19 +250,23 @@ def _plan_array(where: str, number: int, saved: dict, target: Any,
     if isinstance(target, (np.ndarray, np.generic)):
         slot = _Slot(number, path, whole, shape, dtype)
         return [slot], lambda: _deliver(slot.buffer, target, where, path)
-    return _plan_sharded(number, path, shape, dtype, target_sharding(where, path, target), puts)
+    return _plan_sharded(number, path, shape, dtype, target_sharding(where, path, target), puts,
+                         sharing)
 
 
 def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
                   sharding: jax.sharding.Sharding, puts: _DevicePuts,
-                  key_impl: str | None = None) -> _Plan:
+                  sharing: broadcast_load.Plan | None, key_impl: str | None = None) -> _Plan:
     """A jax.Array of ``shape`` with ``sharding``; with ``key_impl``, typed
-    keys whose stored data has the implementation's key shape appended."""
+    keys whose stored data has the implementation's key shape appended.
+    With ``sharing``, its boxes join that load-and-broadcast plan."""
     key_shape = prng_keys.key_shape(key_impl) if key_impl else ()
     key_origin = (0,) * len(key_shape)
     slots = [_Slot(number, path, origin + key_origin, extent + key_shape, dtype, devices)
              for (origin, extent), devices in
              shardings.addressable_boxes(sharding, shape).items()]
+    if sharing is not None:
+        sharing.add_leaf(number, path, sharding, shape, key_shape, dtype, slots)
 
     def finish():
         arrays = [a for slot in slots for a in puts.arrays(slot.key)]
@@ -260,9 +283,13 @@ def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
     return slots, finish
 
 
-def _request(slot: _Slot) -> tuple:
-    return (slot.number, dtypes.name_of(slot.dtype), list(slot.origin), list(slot.shape),
-            dtypes.as_bytes(slot.buffer))
+def _request(slot: _Slot, origin=None, shape=None, buffer=None) -> tuple:
+    """A read of ``slot`` into its buffer, or of the part ``origin``/``shape``
+    of its leaf into ``buffer``."""
+    if buffer is None:
+        origin, shape, buffer = slot.origin, slot.shape, slot.buffer
+    return (slot.number, dtypes.name_of(slot.dtype), list(origin), list(shape),
+            dtypes.as_bytes(buffer))
 
 
 def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:

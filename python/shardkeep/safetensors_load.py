@@ -65,7 +65,8 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
         meta = _renamed_for(path, meta, names, target, key_map)
     with gc_paused():
         return restore.restore_pytree(reader, path, _TENSORS, meta, target, partial=True,
-                                      core_options=core_options, map_files=map_files)
+                                      core_options=core_options, map_files=map_files,
+                                      broadcast=options.broadcast_load)
 
 
 def _renamed_for(path: str, meta: dict, names: list[str], target: Any,

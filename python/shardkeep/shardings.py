@@ -59,6 +59,31 @@ def _addressable_boxes(sharding: jax.sharding.Sharding,
 _cached_addressable_boxes = functools.lru_cache(maxsize=1024)(_addressable_boxes)
 
 
+def box_holders(sharding: jax.sharding.Sharding,
+                shape: Sequence[int]) -> dict[Box, tuple[int, ...]]:
+    """Each unique box of the whole array, with the processes whose devices
+    hold it (ascending). From the global ``devices_indices_map``, so every
+    process computes the same result. Cached like ``addressable_boxes``;
+    the result is shared and must not be modified.
+    """
+    shape = tuple(shape)
+    try:
+        return _cached_box_holders(sharding, shape)
+    except TypeError:  # unhashable sharding
+        return _box_holders(sharding, shape)
+
+
+def _box_holders(sharding: jax.sharding.Sharding,
+                 shape: tuple[int, ...]) -> dict[Box, tuple[int, ...]]:
+    holders: dict[Box, set[int]] = {}
+    for device, index in sharding.devices_indices_map(shape).items():
+        holders.setdefault(box_of_index(index, shape), set()).add(device.process_index)
+    return {box: tuple(sorted(processes)) for box, processes in holders.items()}
+
+
+_cached_box_holders = functools.lru_cache(maxsize=1024)(_box_holders)
+
+
 def replica_parallel_boxes(sharding: jax.sharding.Sharding,
                            shape: Sequence[int]) -> dict[jax.Device, Box]:
     """The box each of this process's devices writes in a replica-parallel save.
