@@ -22,7 +22,6 @@ Collective: every process of the job calls ``load`` with the same decision
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import math
@@ -224,12 +223,10 @@ def _read_pieces(tier, decision: Decision, keys: list[tuple],
 def _restore_pytree(reader, where: str, name: str, meta: dict, target: Any, partial: bool,
                     core_options) -> Any:
     """``restore.restore_pytree`` on one of this module's readers: no file
-    mapping (there are no files), and no load-and-broadcast where restore
-    has it (the pieces were already fetched; both passes must plan alike)."""
-    kwargs = dict(partial=partial, core_options=core_options, map_files=False)
-    if "broadcast" in inspect.signature(restore.restore_pytree).parameters:
-        kwargs["broadcast"] = False
-    return restore.restore_pytree(reader, where, name, meta, target, **kwargs)
+    mapping (there are no files), and no load-and-broadcast (the pieces
+    were already fetched; both passes must plan alike)."""
+    return restore.restore_pytree(reader, where, name, meta, target, partial=partial,
+                                  core_options=core_options, map_files=False, broadcast=False)
 
 
 class _Planned(Exception):
