@@ -32,6 +32,11 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    generations inside ``<step>``) is removed (primary) before the next save
    starts, so that one failure's partial files (a full disk's) do not make
    every later save fail too.
+5. With a ``local_root``, ``shardkeep.local_tier`` saves each process's
+   slice (and a copy of its ring predecessor's) to that per-process root
+   at its own interval; the worker observes those commits too and applies
+   ``local_keep_last`` per slice folder. ``restore`` (collective) picks
+   the newest step either tier can rebuild.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ import numpy as np
 
 from . import _core, distributed
 from . import options as options_lib
-from . import retention, staging_pool
+from . import local_tier, retention, staging_pool
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
 from .load import load as load_state
 from .load import load_checkpointables
@@ -116,6 +121,13 @@ class CheckpointManager:
     ``best_metric`` in ``best_mode``) runs after each commit; see
     ``shardkeep.retention`` and docs/MANAGER.md.
 
+    ``local_root`` (a path per process; ``{process}`` in it is replaced by
+    the process index) adds a local tier: every
+    ``local_save_interval_steps`` steps each process saves its part of the
+    state there and a copy of a peer's, keeping ``local_keep_last`` steps;
+    ``restore`` resumes from the newest step either tier can rebuild (see
+    ``shardkeep.local_tier`` and docs/MANAGER.md, "Local tier").
+
     The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
     (configured by the environment or ``options.s3``, see
     ``shardkeep.S3Settings``) or any other URL the core resolves
@@ -128,10 +140,19 @@ class CheckpointManager:
                  keep_every_steps: int | None = None, keep_best: int | None = None,
                  best_metric: str | None = None, best_mode: str = "min",
                  save_interval_steps: int = 1, async_save: bool = True,
-                 options: options_lib.Options | None = None, step_width: int = 9):
+                 options: options_lib.Options | None = None, step_width: int = 9,
+                 local_root=None, local_save_interval_steps: int | None = None,
+                 local_keep_last: int = 2):
         self._root = _root_url(root)
         _check_positive_int("save_interval_steps", save_interval_steps)
         _check_positive_int("step_width", step_width)
+        if local_root is None and local_save_interval_steps is not None:
+            raise InvalidArgumentError("local_save_interval_steps needs a local_root")
+        if local_root is not None:
+            if local_save_interval_steps is None:
+                raise InvalidArgumentError("a local_root needs local_save_interval_steps")
+            _check_positive_int("local_save_interval_steps", local_save_interval_steps)
+            _check_positive_int("local_keep_last", local_keep_last)
         self._policy = retention.RetentionPolicy(keep_last, keep_every_steps, keep_best,
                                                  best_metric, best_mode)
         self._interval = save_interval_steps
@@ -154,6 +175,12 @@ class CheckpointManager:
         self._closed = False
 
         self._discover()
+        self._local = None
+        self._local_pending: list[local_tier.LocalSave] = []
+        if local_root is not None:
+            self._local = local_tier.LocalTier(
+                local_root, interval=local_save_interval_steps, keep_last=local_keep_last,
+                options=self._options, width=step_width, number=self._number)
         self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
                                         daemon=True)
         self._worker.start()
@@ -216,18 +243,36 @@ class CheckpointManager:
         step = _checked_step(step)
         self._raise_errors()
         preempted = self.reached_preemption(step)
-        if not (force or preempted or step % self._interval == 0):
-            return False
+        local_due = self._local is not None and self._local.due(step)
+        due = force or preempted or step % self._interval == 0
         last = self._last_started()
-        if last is not None and step <= last:
+        if due and last is not None and step <= last:
             logger.warning("step %d not saved: step %d is already saved under %s", step, last,
                            self._root)
+            due = False
+        if not (due or local_due):
             return False
         metrics = _plain_metrics(metrics)
-        self._wait_pending()
-        self._remove_leftovers()
         items = (dict(tree_or_checkpointables) if _names_checkpointables(tree_or_checkpointables)
                  else {"state": tree_or_checkpointables})
+        if due:
+            self._save_persistent(step, items, metrics)
+        if local_due:
+            self._save_local(step, items)
+        return True
+
+    def _save_local(self, step: int, items: dict) -> None:
+        self._wait_local()  # at most one local step in flight
+        saves = self._local.save(step, items)
+        for job in saves:
+            self._local_pending.append(job)
+            self._jobs.put(job)
+        if not self._async:
+            self._wait_local()
+
+    def _save_persistent(self, step: int, items: dict, metrics: dict) -> None:
+        self._wait_pending()
+        self._remove_leftovers()
         name = f"{step:0{self._width}d}"
         started = time.monotonic()
         try:
@@ -243,7 +288,6 @@ class CheckpointManager:
         self._jobs.put(self._pending)
         if not self._async:
             self._wait_pending()
-        return True
 
     # -- load ------------------------------------------------------------
 
@@ -281,6 +325,46 @@ class CheckpointManager:
         finally:
             self._release(step)
 
+    def restore(self, target: Any = None, *, partial: bool = False,
+                options: options_lib.Options | None = None) -> tuple[int, Any] | None:
+        """Loads the newest step either tier can rebuild; returns (step, value) or None.
+
+        Collective: every process of the job calls it. With a local tier,
+        the processes agree on the newest step whose every slice some
+        process's local root holds (its own slices and its peer copies);
+        that step is loaded from the local roots when it is not older than
+        the latest persistent step, which is loaded otherwise. ``target``,
+        ``partial`` and ``options`` are those of ``load``. None when
+        neither tier has a step.
+        """
+        self._check_open()
+        # The local saves in flight first: listing the local root removes
+        # what looks like the leftovers of unfinished saves.
+        self._wait_local()
+        persistent = self.latest_step()
+        decision = self._local.decide() if self._local is not None else None
+        if decision is not None and (persistent is None or decision.step >= persistent):
+            whole = target is None or _names_checkpointables(target)
+            targets = target if whole else {"state": target}
+            if options is None:
+                options = self._options
+            values = self._local.load(decision, targets, partial=partial, options=options)
+            return decision.step, values if whole else values["state"]
+        if decision is not None:
+            logger.info("local step %d is older than persistent step %d, which is loaded",
+                        decision.step, persistent)
+        if persistent is None:
+            return None
+        return persistent, self.load(persistent, target, partial=partial, options=options)
+
+    def local_steps(self) -> dict[int, list[int]]:
+        """The committed local steps in this process's local root, per slice
+        folder: {process q: steps of p<q>} ({} without a local tier)."""
+        if self._local is None:
+            return {}
+        with self._lock:
+            return {q: sorted(steps) for q, steps in self._local.held.items() if steps}
+
     # -- waiting and closing ---------------------------------------------
 
     def wait(self) -> None:
@@ -290,6 +374,7 @@ class CheckpointManager:
         """
         try:
             self._wait_pending()
+            self._wait_local()
             drain = _Drain()
             self._jobs.put(drain)
             if not drain.reached.wait(self._options.timeout_s + _WAIT_SLACK_S):
@@ -436,6 +521,8 @@ class CheckpointManager:
                 return
             if isinstance(job, _Commit):
                 self._observe_commit(job)
+            elif isinstance(job, local_tier.LocalSave):
+                self._observe_local(job)
             elif isinstance(job, _Delete):
                 self._delete(job)
             else:
@@ -466,6 +553,35 @@ class CheckpointManager:
         job.observed.set()
         for deletion in deletions:
             self._delete(deletion)
+
+    def _observe_local(self, job: local_tier.LocalSave) -> None:
+        try:
+            job.future.result()
+        except Exception as e:  # noqa: BLE001 - recorded, raised on the next call
+            self._record_error(f"local save of step {job.step} to {job.future.path!r} failed",
+                               e)
+            job.observed.set()
+            return
+        logger.info("local step %d (slice %d) committed, %.2f s after its save started",
+                    job.step, job.folder, time.monotonic() - job.started)
+        with self._lock:
+            dropped = self._local.committed(job)
+        job.observed.set()
+        for path in dropped:
+            try:
+                _core.delete_checkpoint(path, self._options.to_core())
+            except ShardkeepError as e:
+                self._record_error(f"deleting local checkpoint {path!r} failed", e)
+
+    def _wait_local(self) -> None:
+        limit = self._options.timeout_s + _WAIT_SLACK_S
+        while self._local_pending:
+            job = self._local_pending[0]
+            if not job.observed.wait(limit):
+                raise TimeoutError(f"local step {job.step} was not committed within"
+                                   f" {limit:.0f} s; it continues in the background")
+            self._local_pending.pop(0)
+        self._raise_errors()
 
     def _delete(self, job: _Delete) -> None:
         if not self._primary:

@@ -190,18 +190,59 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
         raise InvalidArgumentError(f"step must be a non-negative int or None, got {step!r}")
     custom_metadata_json = _json_object("custom_metadata", custom_metadata)
     metrics_json = _json_object("metrics", metrics)
-    core_options = options.to_core()
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
+    parts, lease = stage_parts(items, options, own_copies=own_copies)
+    start = _starter(path, parts, step=step, custom_metadata_json=custom_metadata_json,
+                     metrics_json=metrics_json, force=force, options=options,
+                     coordinator=coordinator, operation_id=operation_id)
+    return path, options, start, lease
+
+
+def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
+                own_copies: bool = True) -> tuple[list[dict], staging_pool.Lease | None]:
+    """The ``_core.start_save`` parts of ``items``: this process's shards
+    (the boxes it writes in a save of the whole job), staged.
+
+    With ``own_copies`` the shards that alias the caller's memory are
+    copied into the returned lease; otherwise the lease is None and the
+    shards must be written before the caller's arrays change.
+    """
     with staging.planning(replica_parallel=options.replica_parallel), gc_paused():
         parts = [checkpointables.encode(name, value) for name, value in items.items()]
         if own_copies:
-            lease = _stage_copies(parts, options)
-        else:  # written straight from the caller's memory before save() returns
-            lease = None
-            for part in parts:
-                del part["aliased"]
+            return parts, _stage_copies(parts, options)
+        for part in parts:  # written straight from the caller's memory
+            del part["aliased"]
+        return parts, None
+
+
+def start_single_process_async(path, parts: list[dict], *, options: options_lib.Options,
+                               step: int | None = None,
+                               custom_metadata: Mapping | None = None, force: bool = False,
+                               lease: staging_pool.Lease | None = None) -> SaveFuture:
+    """Starts a save of ``parts`` by this process alone, as a one-process
+    checkpoint (no coordinator), whatever the job's process count; the
+    parts must describe whole leaves (the core checks that they tile).
+    ``lease``, if any, is given back once the save has finished."""
+    path = os.fspath(path)
+    operation_id = f"single-{next(_save_calls)}"
+    start = _starter(path, parts, step=step,
+                     custom_metadata_json=_json_object("custom_metadata", custom_metadata),
+                     metrics_json="{}", force=force, options=options, coordinator=None,
+                     operation_id=operation_id)
+    on_finished = lease.give_back if lease is not None else None
+    save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
+    if lease is not None:
+        lease.returns_when(save.done)
+    return SaveFuture(save)
+
+
+def _starter(path: str, parts: list[dict], *, step, custom_metadata_json: str,
+             metrics_json: str, force: bool, options: options_lib.Options, coordinator,
+             operation_id: str):
+    core_options = options.to_core()
 
     def start():
         return _core.start_save(
@@ -209,7 +250,7 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
             metrics_json=metrics_json, force=force, options=core_options,
             coordinator=coordinator, operation_id=operation_id)
 
-    return path, options, start, lease
+    return start
 
 
 def _stage_copies(parts: list[dict], options: options_lib.Options) -> staging_pool.Lease:

@@ -1,0 +1,303 @@
+"""Loading a local step from the slices the job's processes hold.
+
+Collective: every process of the job calls ``load`` with the same decision
+(``LocalTier.decide``) and targets.
+
+1. Descriptions: each slice's server (``Decision.server``) sends its
+   ``shardkeep-local-slice`` record to the processes that lack the slice;
+   the lowest holder of any slice sends the json and bytes values to the
+   processes that hold none.
+2. Plan: ``restore.restore_pytree`` itself plans the load (the boxes this
+   process needs, per leaf, in the target's dtype), stopped at its read;
+   each box is cut into the stored boxes it overlaps.
+3. Fetch: pieces of slices held here are read from the local slice
+   checkpoints (the core checks their checksums and casts); the others are
+   asked of the slice's server, which reads them the same way and
+   sends the bytes back. Only the bytes the target needs travel.
+4. Build: ``restore_pytree`` runs again with a reader that copies the
+   pieces into its buffers, so values, shardings, casts, PRNG keys and
+   partial loads are exactly those of ``shardkeep.load``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _core, checkpointables, dtypes, exchange, local_slices, restore
+from . import options as options_lib
+from .errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
+
+logger = logging.getLogger("shardkeep")
+
+
+@dataclasses.dataclass
+class Decision:
+    """The step the local tiers can rebuild, and who holds each of its slices."""
+
+    step: int
+    process_count: int                 # P_S: processes that saved the step
+    holders: dict[int, list[int]]      # slice q -> processes holding it
+    paths: dict[int, str]              # slice q -> its checkpoint, for slices held here
+
+    def server(self, q: int) -> int:
+        """The process that sends slice q's description and pieces to the
+        processes without it: process q itself when it still holds its
+        slice (so that no process serves two slices while others serve
+        none), else the lowest holder of the peer copy."""
+        holders = self.holders[q]
+        return q if q in holders else holders[0]
+
+
+def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
+         options: options_lib.Options) -> dict[str, Any]:
+    """Loads step ``decision.step`` from the slices (collective).
+
+    ``tier`` is the manager's ``LocalTier`` (for this process's index, the
+    process count, the root and the timeout); ``targets`` maps
+    checkpointable names to targets as in ``shardkeep.load_checkpointables``.
+    """
+    started = time.monotonic()
+    core_options = options.to_core()
+    slices, values = _gather_descriptions(tier, decision, core_options)
+    first = slices[0]
+    parts = {p["name"]: p for p in first["parts"]}
+    if targets is None:
+        targets = {name: None for name in parts}
+    if not isinstance(targets, Mapping):
+        raise InvalidArgumentError(
+            f"targets must map checkpointable names to targets, got {type(targets).__name__}")
+    where = f"local step {decision.step} under {tier.root}"
+    for name in targets:
+        if name not in parts:
+            raise NotFoundError(f"{where} has no checkpointable {name!r}; it has"
+                                f" {sorted(parts)}")
+    # Which stored box of which slice holds each part of each leaf.
+    stored: dict[str, dict[int, list[tuple]]] = {}
+    for q, description in slices.items():
+        for part in description["parts"]:
+            by_leaf = stored.setdefault(part["name"], {})
+            for k, (leaf, _, origin, shape) in enumerate(part.get("shards", [])):
+                by_leaf.setdefault(leaf, []).append((q, k, tuple(origin), tuple(shape)))
+    metas = {name: json.loads(parts[name]["meta"]) for name in targets}
+    requests = {name: _planned_requests(where, name, metas[name], target, partial,
+                                        core_options)
+                for name, target in targets.items() if parts[name]["kind"] == "pytree"}
+    pieces = _cut(where, requests, stored)
+    fetched = _fetch(tier, decision, pieces, core_options)
+    results = {}
+    for name, target in targets.items():
+        kind = parts[name]["kind"]
+        if kind == "pytree":
+            reader = _PieceReader(where, pieces[name], fetched)
+            value = _restore_pytree(reader, f"{where}/{name}", name, metas[name], target,
+                                    partial, core_options)
+        elif target is not None:
+            raise InvalidArgumentError(f"{where}/{name} is of kind {kind!r}, which takes"
+                                       " no target")
+        elif kind == "json":
+            value = json.loads(values[name])
+        else:
+            value = values[name]
+        results[name] = checkpointables.decode(metas[name], value)
+    logger.info("restored local step %d in %.3f s", decision.step,
+                time.monotonic() - started)
+    return results
+
+
+def _gather_descriptions(tier, decision: Decision, core_options
+                         ) -> tuple[dict[int, dict], dict[str, bytes]]:
+    """Every slice's description, and the json/bytes values (collective:
+    each slice's server sends its description to the others)."""
+    slices: dict[int, dict] = {}
+    values: dict[str, bytes] = {}
+    readers = {q: _core.Reader(path, core_options) for q, path in decision.paths.items()}
+    for q, reader in readers.items():
+        slices[q] = json.loads(reader.read_value(local_slices.SLICE_PART))
+    if readers:
+        q, reader = next(iter(readers.items()))
+        values = {p["name"]: reader.read_value(p["name"]) for p in slices[q]["parts"]
+                  if p["kind"] != "pytree"}
+    if tier.count > 1:
+        outgoing: dict[int, list[np.ndarray]] = {}
+        for q, holders in decision.holders.items():
+            if decision.server(q) != tier.me:
+                continue
+            description = local_slices.json_bytes(slices[q])
+            for p in range(tier.count):
+                if p not in holders:
+                    outgoing.setdefault(p, []).append(description)
+        value_sender = min(h[0] for h in decision.holders.values())
+        if value_sender == tier.me:
+            for p in range(tier.count):
+                if not any(p in h for h in decision.holders.values()):
+                    outgoing.setdefault(p, []).extend(
+                        [local_slices.json_bytes(sorted(values)),
+                         *[np.frombuffer(values[n], np.uint8) for n in sorted(values)]])
+        received = exchange.exchange_bytes(outgoing, timeout_s=tier.timeout_s)
+        for sender, buffers in received.items():
+            i = 0
+            while i < len(buffers):
+                document = json.loads(buffers[i].tobytes())
+                i += 1
+                if isinstance(document, list):  # the names of the values that follow
+                    for name in document:
+                        values[name] = buffers[i].tobytes()
+                        i += 1
+                else:
+                    slices[document["process"]] = document
+    missing = [q for q in range(decision.process_count) if q not in slices]
+    if missing:
+        raise ShardkeepError(f"local step {decision.step}: no description of slices"
+                             f" {missing} arrived")
+    return slices, values
+
+
+def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
+           core_options) -> dict[tuple, np.ndarray]:
+    """The bytes of every piece: read here, or from its slice's holder
+    (collective: requests go out in one exchange, bytes come back in
+    another)."""
+    wanted: dict[int, list[tuple]] = {}
+    for name, by_request in pieces.items():
+        for request, request_pieces in by_request.items():
+            dtype_name = request[1]
+            for q, k, sub_origin, sub_shape, _ in request_pieces:
+                key = (name, q, k, sub_origin, sub_shape, dtype_name)
+                holder = tier.me if tier.me in decision.holders[q] else decision.server(q)
+                wanted.setdefault(holder, []).append(key)
+    for holder in wanted:
+        wanted[holder] = sorted(set(wanted[holder]))
+    fetched = _read_pieces(tier, decision, wanted.pop(tier.me, []), core_options)
+    if tier.count == 1:
+        return fetched
+    asked = exchange.exchange_bytes(
+        {h: [local_slices.json_bytes(keys)] for h, keys in wanted.items()},
+        timeout_s=tier.timeout_s)
+    replies = {}
+    for asker, (request,) in asked.items():
+        keys = [(n, q, k, tuple(o), tuple(s), d) for n, q, k, o, s, d in
+                json.loads(request.tobytes())]
+        served = _read_pieces(tier, decision, keys, core_options)
+        replies[asker] = [dtypes.as_bytes(served[key]) for key in keys]
+    answers = exchange.exchange_bytes(replies, timeout_s=tier.timeout_s)
+    for holder, keys in wanted.items():
+        got = answers.get(holder, [])
+        if len(got) != len(keys):
+            raise ShardkeepError(f"local step {decision.step}: process {holder} sent"
+                                 f" {len(got)} of the {len(keys)} pieces asked")
+        for key, data in zip(keys, got):
+            dtype = dtypes.from_name(key[5])
+            fetched[key] = data.view(dtype).reshape(key[4])
+    return fetched
+
+
+def _read_pieces(tier, decision: Decision, keys: list[tuple],
+                 core_options) -> dict[tuple, np.ndarray]:
+    """Reads pieces of slices held here: one read call per slice and part."""
+    out: dict[tuple, np.ndarray] = {}
+    groups: dict[tuple, list[tuple]] = {}
+    for key in keys:
+        groups.setdefault((key[1], key[0]), []).append(key)
+    for (q, name), group in groups.items():
+        if q not in decision.paths:
+            raise ShardkeepError(f"local step {decision.step}: slice {q} was asked of"
+                                 f" process {tier.me}, which does not hold it")
+        reader = _core.Reader(decision.paths[q], core_options)
+        requests = []
+        for key in group:
+            buffer = np.empty(key[4], dtypes.from_name(key[5]))
+            out[key] = buffer
+            requests.append((key[2], key[5], list(key[3]), list(key[4]),
+                             dtypes.as_bytes(buffer)))
+        reader.read(name, requests, core_options)
+    return out
+
+
+def _restore_pytree(reader, where: str, name: str, meta: dict, target: Any, partial: bool,
+                    core_options) -> Any:
+    """``restore.restore_pytree`` on one of this module's readers: no file
+    mapping (there are no files), and no load-and-broadcast (the pieces
+    were already fetched; both passes must plan alike)."""
+    return restore.restore_pytree(reader, where, name, meta, target, partial=partial,
+                                  core_options=core_options, map_files=False, broadcast=False)
+
+
+class _Planned(Exception):
+    """Stops a planning pass of restore_pytree at its read, with its requests."""
+
+    def __init__(self, requests):
+        super().__init__("planned")
+        self.requests = requests
+
+
+class _PlanningReader:
+    def read(self, name, requests, options=None):
+        raise _Planned([(r[0], r[1], tuple(r[2]), tuple(r[3])) for r in requests])
+
+
+def _planned_requests(where: str, name: str, meta: dict, target: Any, partial: bool,
+                      core_options) -> list[tuple]:
+    """The (leaf, dtype name, origin, shape) boxes a load of ``target`` reads
+    on this process: restore_pytree's own plan, stopped at its read."""
+    try:
+        _restore_pytree(_PlanningReader(), f"{where}/{name}", name, meta, target, partial,
+                        core_options)
+    except _Planned as planned:
+        return planned.requests
+    return []
+
+
+def _cut(where: str, requests: dict[str, list[tuple]],
+         stored: dict[str, dict[int, list[tuple]]]) -> dict[str, dict[tuple, list]]:
+    """Each request cut into the stored boxes it overlaps:
+    part -> request -> [(slice q, slice leaf k, origin in the stored box,
+    shape, origin in the request)]."""
+    out: dict[str, dict[tuple, list]] = {}
+    for name, part_requests in requests.items():
+        by_request = out.setdefault(name, {})
+        for request in part_requests:
+            leaf, _, origin, shape = request
+            pieces, covered = [], 0
+            for q, k, box_origin, box_shape in stored.get(name, {}).get(leaf, []):
+                lo = [max(a, b) for a, b in zip(origin, box_origin)]
+                hi = [min(a + n, b + m) for a, n, b, m in
+                      zip(origin, shape, box_origin, box_shape)]
+                if any(h <= l for l, h in zip(lo, hi)):
+                    continue  # disjoint (a 0-d leaf's one box always overlaps)
+                sub_shape = tuple(h - l for l, h in zip(lo, hi))
+                pieces.append((q, k, tuple(l - b for l, b in zip(lo, box_origin)), sub_shape,
+                               tuple(l - o for l, o in zip(lo, origin))))
+                covered += math.prod(sub_shape)
+            if covered != math.prod(shape):
+                raise IncompatibleError(
+                    f"{where}/{name}: the slices cover {covered} of the {math.prod(shape)}"
+                    f" elements of box {list(origin)}+{list(shape)} of leaf {leaf}")
+            by_request[request] = pieces
+    return out
+
+
+class _PieceReader:
+    """Serves restore_pytree's read from the pieces fetched for it."""
+
+    def __init__(self, where: str, pieces: dict[tuple, list], fetched: dict[tuple, np.ndarray]):
+        self._where = where
+        self._pieces = pieces
+        self._fetched = fetched
+
+    def read(self, name, requests, options=None):
+        for leaf, dtype_name, origin, shape, dst in requests:
+            request = (leaf, dtype_name, tuple(origin), tuple(shape))
+            if request not in self._pieces:
+                raise ShardkeepError(f"{self._where}/{name}: box {list(origin)}+{list(shape)}"
+                                     f" of leaf {leaf} was not planned")
+            box = dst.view(dtypes.from_name(dtype_name)).reshape(shape)
+            for q, k, sub_origin, sub_shape, at in self._pieces[request]:
+                data = self._fetched[(name, q, k, sub_origin, sub_shape, dtype_name)]
+                box[tuple(slice(a, a + n) for a, n in zip(at, sub_shape))] = data

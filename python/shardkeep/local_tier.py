@@ -1,0 +1,284 @@
+"""The local tier: frequent saves to each process's own storage, with a peer copy.
+
+docs/MANAGER.md ("Local tier") has the user-facing rules; this is how it works.
+
+Layout. A process's local root holds folders ``p<q>``; ``p<q>/<step>`` is a
+committed one-process checkpoint holding *slice* q of that step: the boxes
+process q writes in a save of the whole job (the replica-parallel plan, so
+the slices of all processes are disjoint and together tile every leaf).
+Process p keeps its own slice in ``p<p>`` and a copy of its ring
+predecessor's in ``p<(p-1) % P>``, so losing one process's root loses no
+slice.
+
+Each slice is a committed one-process checkpoint (``shardkeep.local_slices``
+says how it holds a part of the job's tree), whose commit record's
+custom_metadata says ``{"shardkeep_local": {"process": q, "process_count": P}}``.
+
+Save (blocking phase, training thread): stage this process's boxes as a
+save of the job does, send them to the successor with ``exchange_bytes``
+(collective: every process saves the same steps) and receive the
+predecessor's, then start both one-process saves in the background.
+
+Restore (collective): each process lists its root and publishes which
+slices of which steps it holds; every process then picks the same step:
+the newest one whose every slice is held by some process.
+``shardkeep.local_restore`` loads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import re
+import threading
+import time
+from typing import Any, Mapping
+
+import jax
+
+from . import _core, distributed, exchange, local_restore, local_slices
+from . import options as options_lib
+from . import save as save_lib
+from .errors import InvalidArgumentError, ShardkeepError
+from .local_restore import Decision
+
+logger = logging.getLogger("shardkeep")
+
+_FOLDER = re.compile(r"p([0-9]+)")
+_STEP_NAME = re.compile(r"[0-9]+")
+
+
+@dataclasses.dataclass
+class LocalSave:
+    """One started save of a slice, waiting in the manager's worker for its commit."""
+
+    step: int
+    folder: int          # the slice's process q: the save goes to p<q>
+    name: str
+    future: save_lib.SaveFuture
+    started: float
+    observed: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+def local_root(template, process_index: int) -> str:
+    """``template`` with ``{process}`` replaced: this process's local root."""
+    root = os.fspath(template)
+    if root.startswith("file://"):
+        root = root[len("file://"):]
+    if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", root):
+        raise InvalidArgumentError(
+            f"local_root must be a path on this host's own storage, got {root!r}")
+    return os.path.abspath(root.replace("{process}", str(process_index)))
+
+
+class LocalTier:
+    """The local tier of one manager (see the module docstring)."""
+
+    def __init__(self, template, *, interval: int, keep_last: int,
+                 options: options_lib.Options, width: int, number: int):
+        self.me = jax.process_index()
+        self.count = jax.process_count()
+        self.root = local_root(template, self.me)
+        self.interval = interval
+        self.keep_last = keep_last
+        self._options = options
+        self._width = width
+        self._number = number
+        self._restores = itertools.count()
+        self._last_started: int | None = None
+        os.makedirs(self.root, exist_ok=True)
+        # folder q -> {step: name} of committed slices; only this process
+        # writes and deletes in its root, so the record stays true.
+        self.held: dict[int, dict[int, str]] = {}
+        for q, listing in self._list().items():
+            self.held[q] = {step: name for step, (name, _) in listing.items()}
+
+    @property
+    def timeout_s(self) -> float:
+        return self._options.timeout_s
+
+    # -- saving ----------------------------------------------------------
+
+    def due(self, step: int) -> bool:
+        return step % self.interval == 0 and (self._last_started is None
+                                              or step > self._last_started)
+
+    def save(self, step: int, items: Mapping[str, Any]) -> list[LocalSave]:
+        """The blocking phase of a local save of ``step``; returns the started saves."""
+        if local_slices.SLICE_PART in items:
+            raise InvalidArgumentError(
+                f"checkpointable name {local_slices.SLICE_PART!r} is reserved by the local tier")
+        self._last_started = step
+        started = time.monotonic()
+        self._drop_from(step)
+        parts, lease = save_lib.stage_parts(items, self._options, own_copies=True)
+        try:
+            header, buffers = local_slices.describe(parts)
+        except BaseException:
+            lease.give_back()
+            raise
+        saves = []
+        if self.count > 1:
+            pred, succ = (self.me - 1) % self.count, (self.me + 1) % self.count
+            header_bytes = local_slices.json_bytes({**header, "process": self.me, "step": step})
+            message = [header_bytes, *buffers]
+            try:
+                received = exchange.exchange_bytes({succ: message},
+                                                   timeout_s=self._options.timeout_s)
+            except BaseException:
+                lease.give_back()
+                raise
+            if pred not in received:
+                lease.give_back()
+                raise ShardkeepError(
+                    f"local save of step {step}: process {pred} sent no copy of its slice")
+            peer_header = json.loads(received[pred][0].tobytes())
+            if peer_header.get("step") != step or peer_header.get("process") != pred:
+                lease.give_back()
+                raise ShardkeepError(
+                    f"local save of step {step}: process {pred} sent step"
+                    f" {peer_header.get('step')} of process {peer_header.get('process')}")
+            saves.append(self._start(step, self.me, header, buffers, lease))
+            saves.append(self._start(step, pred, peer_header, received[pred][1:], None))
+        else:
+            saves.append(self._start(step, self.me, header, buffers, lease))
+        logger.info("step %d: local save started (%s), blocking phase %.3f s", step,
+                    self.root, time.monotonic() - started)
+        return saves
+
+    def _start(self, step: int, q: int, header: dict, buffers: list, lease) -> LocalSave:
+        name = f"{step:0{self._width}d}"
+        folder = os.path.join(self.root, f"p{q}")
+        os.makedirs(folder, exist_ok=True)
+        parts = local_slices.parts_of(header, buffers, q, self.count)
+        future = save_lib.start_single_process_async(
+            os.path.join(folder, name), parts, options=self._options, step=step,
+            custom_metadata={"shardkeep_local": {"process": q, "process_count": self.count}},
+            force=True, lease=lease)
+        return LocalSave(step, q, name, future, time.monotonic())
+
+    def _drop_from(self, step: int) -> None:
+        """Deletes the slices of ``step`` and later steps found in the root.
+
+        They belong to a run that went further before it stopped (this run
+        resumed from an earlier step): left there, slices of two runs at one
+        step could together look like a complete step, and retention would
+        keep them instead of this run's steps. Called with no local save in
+        flight, so nothing else changes the record meanwhile.
+        """
+        core_options = self._options.to_core()
+        for q, steps in self.held.items():
+            for s in sorted(x for x in steps if x >= step):
+                path = os.path.join(self.root, f"p{q}", steps.pop(s))
+                logger.info("deleting %s: a later step of an earlier run", path)
+                _core.delete_checkpoint(path, core_options)
+
+    def committed(self, job: LocalSave) -> list[str]:
+        """Records a committed slice; returns the paths retention drops.
+
+        Retention keeps the newest ``keep_last`` steps of each folder this
+        job writes. Folders it does not write (slices of a job with another
+        process count) lose every step older than those kept.
+        """
+        steps = self.held.setdefault(job.folder, {})
+        steps[job.step] = job.name
+        dropped = [(job.folder, s) for s in sorted(steps)[:-self.keep_last]]
+        oldest_kept = sorted(steps)[-self.keep_last:][0]
+        written = {self.me, (self.me - 1) % self.count}
+        for q, other in self.held.items():
+            if q not in written:
+                dropped += [(q, s) for s in other if s < oldest_kept]
+        paths = []
+        for q, s in dropped:
+            paths.append(os.path.join(self.root, f"p{q}", self.held[q].pop(s)))
+        return paths
+
+    # -- restoring -------------------------------------------------------
+
+    def decide(self) -> Decision | None:
+        """The newest step every slice of which some process holds (collective)."""
+        listing = self._list()
+        mine = {}
+        for q, steps in listing.items():
+            for step, (_, count) in steps.items():
+                mine.setdefault(step, {})[q] = count
+        if self.count > 1:
+            bridge = distributed.coordination()
+            key = f"shardkeep/local/{self._number}/restore-{next(self._restores)}/held"
+            bridge.set(f"{key}/{self.me}", json.dumps(
+                {str(s): {str(q): c for q, c in v.items()} for s, v in mine.items()}))
+            everyone = {}
+            for p in range(self.count):
+                text = bridge.get(f"{key}/{p}", self._options.timeout_s)
+                everyone[p] = {int(s): {int(q): c for q, c in v.items()}
+                               for s, v in json.loads(text).items()}
+        else:
+            everyone = {0: mine}
+        steps = sorted({s for held in everyone.values() for s in held}, reverse=True)
+        for step in steps:
+            counts = {c for held in everyone.values() for c in held.get(step, {}).values()}
+            if len(counts) != 1:
+                if len(counts) > 1:
+                    logger.warning("local step %d is ignored: its slices disagree on the"
+                                   " process count (%s)", step, sorted(counts))
+                continue
+            (count,) = counts
+            holders = {q: sorted(p for p, held in everyone.items() if q in held.get(step, {}))
+                       for q in range(count)}
+            if all(holders.values()):
+                paths = {q: os.path.join(self.root, f"p{q}", listing[q][step][0])
+                         for q in range(count) if self.me in holders[q]}
+                return Decision(step, count, holders, paths)
+        return None
+
+    def load(self, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
+             options: options_lib.Options) -> dict[str, Any]:
+        """Loads ``decision.step`` from the slices (collective; see
+        ``shardkeep.local_restore``)."""
+        return local_restore.load(self, decision, targets, partial=partial, options=options)
+
+    def _list(self) -> dict[int, dict[int, tuple[str, int]]]:
+        """folder q -> {step: (name, process count)} of committed slices;
+        leftovers of unfinished saves are removed."""
+        found: dict[int, dict[int, tuple[str, int]]] = {}
+        core_options = self._options.to_core()
+        if not os.path.isdir(self.root):  # wiped while this manager runs
+            return found
+        for entry in sorted(os.listdir(self.root)):
+            match = _FOLDER.fullmatch(entry)
+            folder = os.path.join(self.root, entry)
+            if match is None or not os.path.isdir(folder):
+                continue
+            q = int(match.group(1))
+            steps = found.setdefault(q, {})
+            entries = _core.list_checkpoints(folder, core_options)
+            committed = {name for name, state, *_ in entries if state == "committed"}
+            for name, state, _, commit_json, problem in entries:
+                path = os.path.join(folder, name)
+                if state in ("temporary", "being-deleted", "unfinished") or (
+                        state == "replaced" and name.rsplit(".", 1)[0] in committed):
+                    _remove_quietly(path, core_options)
+                    continue
+                if state != "committed" or not _STEP_NAME.fullmatch(name):
+                    if state == "rejected":
+                        logger.warning("%s is ignored: %s", path, problem)
+                    continue
+                mark = (json.loads(commit_json).get("custom_metadata") or {}).get(
+                    "shardkeep_local") or {}
+                count = mark.get("process_count")
+                if mark.get("process") != q or not isinstance(count, int) or count <= q:
+                    logger.warning("%s is ignored: it is not slice %d of a local save", path, q)
+                    continue
+                steps.setdefault(int(name), (name, count))
+        return found
+
+def _remove_quietly(path: str, core_options) -> None:
+    try:
+        _core.remove_leftover(path, core_options)
+    except ShardkeepError as e:
+        logger.warning("could not remove %s: %s", path, e)
+
+
