@@ -254,11 +254,19 @@ def report_b(b: dict) -> list[str]:
     if "not_run" in b:
         return [f"Part b not run: {b['not_run']}.", ""]
     lines = ["Saves (async; blocking = the `save` call, total = until `wait` returns; "
-             "slowest process):", "",
+             "slowest process; the state is sharded over the 4 processes):", "",
              "| step | tier | state | blocking | total |", "|---|---|---|---|---|"]
     for save in b["saves"]:
         lines.append(f"| {save['step']} | {save['tier']} | {_mib(save['state_bytes'])} MiB | "
                      f"{_s(save['blocking_seconds'])} | {_s(save['total_seconds'])} |")
+    lines.append("")
+    for tier in ("local", "persistent"):
+        # The first save of each tier warms it up (staging memory, threads).
+        later = [x for x in b["saves"] if x["tier"] == tier][1:]
+        if later:
+            lines.append(f"- {tier} saves after the first: blocking "
+                         f"{_s(_median(x['blocking_seconds'] for x in later))}, total "
+                         f"{_s(_median(x['total_seconds'] for x in later))} (median).")
     ring = b.get("exchange_floor", {}).get("ring")
     if ring:
         lines += ["", f"Floor: `exchange_bytes` alone sending each process's slice "
@@ -284,10 +292,10 @@ def report_b(b: dict) -> list[str]:
     return lines
 
 
-def _run_line(run: dict) -> str:
+def _run_line(run: dict, repeated: bool) -> str:
+    reps = f"{run['reps']} repetition(s), " if repeated else ""
     return (f"Run {run['started']}, shardkeep {run['shardkeep_commit']}, scale {run['scale']}, "
-            f"{run['reps']} repetition(s), caches "
-            f"{'dropped' if run['drop_caches'] else 'evicted per file (fadvise)'}.")
+            f"{reps}caches {'dropped' if run['drop_caches'] else 'evicted per file (fadvise)'}.")
 
 
 def render(results: dict) -> str:
@@ -300,7 +308,7 @@ def render(results: dict) -> str:
     for part, title in titles.items():
         if part in results["parts"]:
             summary = results["parts"][part]
-            lines += [title, "", _run_line(summary["run"]), ""]
+            lines += [title, "", _run_line(summary["run"], part == "a"), ""]
             lines += (report_a if part == "a" else report_b)(summary)
     return "\n".join(lines) + "\n"
 
