@@ -15,8 +15,8 @@ How it works:
    carries anything, process p sends what it has for p+d (mod n) and
    receives from p-d. A shift moves the same number of bytes on every
    process, the most any of them sends, cut into rounds of at most
-   ``_ROUND_BYTES`` (padded to a power of two, so that a few compiled
-   functions serve every size) to bound the memory a round holds. An
+   ``_ROUND_BYTES`` (the last one padded to a power of two, so that a few
+   compiled functions serve every size) to bound the memory a round holds. An
    all-to-all written as n-1 permutations moves each byte once, directly
    from its sender to its receiver; shifts with nothing to send are skipped,
    so the common patterns (a ring: one shift; replicas of one box: a few)
@@ -39,7 +39,7 @@ from typing import Mapping, Sequence
 import jax
 import numpy as np
 
-from . import distributed
+from . import distributed, host_memory
 from .errors import InvalidArgumentError, ShardkeepError
 
 # The most bytes one process sends in one round of one shift.
@@ -120,16 +120,22 @@ def _permute_stream(buffers: list[np.ndarray], receive: int, widest: int, shift:
                     count: int, number: int) -> np.ndarray:
     """Sends the concatenation of ``buffers`` to process me+shift and returns
     the ``receive`` bytes process me-shift sends, in rounds."""
-    round_bytes = _round_size(widest)
-    out = np.empty(receive, np.uint8)
-    send_round = np.zeros(round_bytes, np.uint8)
+    # Fresh memory on huge pages: first-touch page faults, not the copies,
+    # dominate filling fresh buffers on virtual machines (host_memory.py).
+    # The send buffer is 64-byte aligned, so the CPU client adopts it.
+    out = host_memory.empty((receive,), np.uint8)
+    send_buffer = host_memory.empty((_round_size(widest),), np.uint8)
     pieces = _Pieces(buffers)
-    for start in range(0, widest, round_bytes):
+    start = 0
+    while start < widest:
+        # Full rounds, then one just large enough for the rest.
+        send_round = send_buffer[:_round_size(widest - start)]
         filled = pieces.copy_into(send_round)
         send_round[filled:] = 0
         got = _permute(send_round, shift, count, number)
-        take = min(round_bytes, max(receive - start, 0))
+        take = min(send_round.size, max(receive - start, 0))
         out[start:start + take] = got[:take]
+        start += send_round.size
     return out
 
 
