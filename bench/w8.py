@@ -55,7 +55,8 @@ def run_job(part: str, args) -> dict:
         for i in range(PROCESSES):
             out = os.path.join(scratch, f"p{i}.json")
             spec = {"coordinator": coordinator, "process_id": i, "num_processes": PROCESSES,
-                    "part": part, "scale": args.scale, "root": args.root,
+                    "part": "a" if part == "a_s3" else part, "scale": args.scale,
+                    "root": args.root, "s3_root": args.s3_root if part == "a_s3" else None,
                     "local_root": args.local_root, "drop_caches": args.drop_caches,
                     "reps": args.reps, "out": out}
             log = open(os.path.join(scratch, f"p{i}.log"), "w+")
@@ -304,12 +305,14 @@ def render(results: dict) -> str:
              f"{machine.get('cpu', '?')}, {machine['cores']} cores, "
              f"{machine['memory_gib']} GiB; 4 processes × 1 CPU device, gloo collectives "
              "(bench/w8.py; bench/README.md says what each part measures).", ""]
-    titles = {"a": "## a. Load-and-broadcast vs every replica reading", "b": "## b. Local tier"}
+    titles = {"a": "## a. Load-and-broadcast vs every replica reading",
+              "a_s3": "## a on S3. The same loads from an S3 server (SeaweedFS on this machine)",
+              "b": "## b. Local tier"}
     for part, title in titles.items():
         if part in results["parts"]:
             summary = results["parts"][part]
-            lines += [title, "", _run_line(summary["run"], part == "a"), ""]
-            lines += (report_a if part == "a" else report_b)(summary)
+            lines += [title, "", _run_line(summary["run"], part != "b"), ""]
+            lines += (report_b if part == "b" else report_a)(summary)
     return "\n".join(lines) + "\n"
 
 
@@ -346,7 +349,8 @@ def versions() -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=["small", "full"], default="small")
-    parser.add_argument("--parts", default="a,b", help="a, b or a,b")
+    parser.add_argument("--parts", default="a,b",
+                        help="comma-separated: a, b, a_s3 (part a against an S3 server)")
     parser.add_argument("--reps", type=int, default=None,
                         help="load repetitions of part a (default: 1 small, 3 full)")
     parser.add_argument("--drop-caches", action="store_true",
@@ -370,22 +374,22 @@ def main(argv=None) -> int:
             kept = json.load(f).get("parts", {})
         results["parts"] = {p: kept[p] for p in kept if p not in parts}
     commit = versions()
-    for part in parts:
-        clock = time.monotonic()
-        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        job = run_job(part, args)
-        if "error" in job:
-            summary = {"error": job["error"]}
-        else:
-            summary = summarize_a(job) if part == "a" else summarize_b(job)
-        summary["run"] = {"started": started, "scale": args.scale, "reps": args.reps,
-                          "drop_caches": args.drop_caches, "versions": commit,
-                          "shardkeep_commit": commit["shardkeep_commit"],
-                          "job_seconds": time.monotonic() - clock}
-        summary["raw"] = job["processes"]
-        results["parts"][part] = summary
-        print(f"W8 part {part}: {summary['run']['job_seconds']:.0f} s"
-              + (f", FAILED: {summary['error']}" if "error" in summary else ""), flush=True)
+    args.s3_root = None
+    server = None
+    if "a_s3" in parts:
+        sys.path.insert(0, HERE)
+        from s3_server import SeaweedServer
+        scratch = tempfile.mkdtemp(prefix="w8-s3-", dir=os.path.dirname(args.root))
+        server = SeaweedServer(scratch, "bench-w8")
+        server.start()
+        os.environ.update(server.env())  # the job's processes inherit it
+        args.s3_root = "s3://bench-w8/root"
+    try:
+        _run_parts(parts, args, results, commit)
+    finally:
+        if server is not None:
+            server.stop()
+            shutil.rmtree(server.folder, ignore_errors=True)
     shutil.rmtree(os.path.join(args.local_root), ignore_errors=True)
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:
@@ -394,6 +398,25 @@ def main(argv=None) -> int:
         f.write(render(results))
     print(f"W8: wrote {args.out_dir}/RESULTS.md", flush=True)
     return 0 if all("error" not in results["parts"][p] for p in parts) else 1
+
+
+def _run_parts(parts: list[str], args, results: dict, commit: dict) -> None:
+    for part in parts:
+        clock = time.monotonic()
+        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        job = run_job(part, args)
+        if "error" in job:
+            summary = {"error": job["error"]}
+        else:
+            summary = summarize_b(job) if part == "b" else summarize_a(job)
+        summary["run"] = {"started": started, "scale": args.scale, "reps": args.reps,
+                          "drop_caches": args.drop_caches, "versions": commit,
+                          "shardkeep_commit": commit["shardkeep_commit"],
+                          "job_seconds": time.monotonic() - clock}
+        summary["raw"] = job["processes"]
+        results["parts"][part] = summary
+        print(f"W8 part {part}: {summary['run']['job_seconds']:.0f} s"
+              + (f", FAILED: {summary['error']}" if "error" in summary else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -172,14 +172,20 @@ def part_a(job: Job) -> dict:
     import shardkeep as sk
     from jax.sharding import PartitionSpec as P
     has_broadcast = "broadcast_load" in {f.name for f in dataclasses.fields(sk.Options)}
-    ckpt = os.path.join(job.spec["root"], "a", "ckpt")
-    if job.process == 0:
+    on_s3 = job.spec.get("s3_root") is not None
+    ckpt = (job.spec["s3_root"] + "/a/ckpt" if on_s3
+            else os.path.join(job.spec["root"], "a", "ckpt"))
+    if job.process == 0 and not on_s3:
         shutil.rmtree(ckpt, ignore_errors=True)
     job.barrier()
     saved = job.state(job.sharding(job.mesh((4,), ("fsdp",)), P("fsdp")), step=0)
-    sk.save(ckpt, saved)
+    sk.save(ckpt, saved, force=on_s3)
     del saved
-    out = {"stored": stored_bytes(ckpt), "broadcast_available": has_broadcast, "loads": []}
+    # On S3 the data bytes are the state's; the metadata is not listed.
+    stored = ({"data": job.leaves * job.shape[0] * job.shape[1] * 4, "metadata": 0}
+              if on_s3 else stored_bytes(ckpt))
+    out = {"stored": stored, "broadcast_available": has_broadcast, "loads": [],
+           "storage": "s3" if on_s3 else "file"}
     meshes = {"replica=4": (job.mesh((4,), ("replica",)), P()),
               "replica=2,fsdp=2": (job.mesh((2, 2), ("replica", "fsdp")), P("fsdp"))}
     modes = ["every_replica_reads", "broadcast"] if has_broadcast else ["every_replica_reads"]
