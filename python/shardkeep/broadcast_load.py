@@ -203,7 +203,10 @@ class Plan:
                             outgoing[holder].append(data)
                 elif piece.box.slot is not None:
                     expected[piece.reader].append(piece)
-            received = exchange.exchange_bytes(dict(outgoing), timeout_s=timeout_s)
+            # Received straight into the slot buffers: no second copy.
+            into = {reader: [dtypes.as_bytes(piece.buffer()) for piece in pieces]
+                    for reader, pieces in expected.items()}
+            received = exchange.exchange_bytes(dict(outgoing), into=into, timeout_s=timeout_s)
             self._fill(expected, received)
 
     def _chosen(self) -> list[_Piece]:
@@ -247,9 +250,15 @@ class Plan:
                         f" shape {list(shape)}: process {self._me} received {data.nbytes}"
                         f" bytes from process {reader}, expected {piece.nbytes}; do all"
                         " processes load the same target?")
-                sources.append(data.reshape(-1))
-                destinations.append(dtypes.as_bytes(piece.buffer()))
+                destination = dtypes.as_bytes(piece.buffer())
+                if _address(data) != _address(destination):  # not received in place
+                    sources.append(data.reshape(-1))
+                    destinations.append(destination)
         host_memory.copy_all(sources, destinations)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
 
 
 def _cuts_to_try(box: _Box) -> list[int]:

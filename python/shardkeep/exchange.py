@@ -53,6 +53,7 @@ _calls = itertools.count()
 
 
 def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
+                   into: Mapping[int, Sequence[np.ndarray]] | None = None,
                    timeout_s: float = _DEFAULT_TIMEOUT_S) -> dict[int, list[np.ndarray]]:
     """Sends each destination its buffers; returns what others sent here.
 
@@ -60,8 +61,11 @@ def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
     buffers (any dtype; sent as their bytes). The result maps every source
     process that sent this process at least one buffer to its buffers as
     1-D uint8 arrays, in the order sent; a process's buffers to itself come
-    back as they are. ``timeout_s`` bounds the wait for the other processes'
-    sizes (a process that never calls fails the others after it).
+    back as they are. ``into`` may name, per source, the contiguous buffers
+    its buffers are received into (one each, of the same sizes, in order):
+    the bytes then go straight there and those buffers are returned; if they
+    do not match what the source sends, fresh ones are returned instead. ``timeout_s`` bounds the wait for the other processes' sizes (a
+    process that never calls fails the others after it).
     """
     count, me = jax.process_count(), jax.process_index()
     sends = _checked(outgoing, count)
@@ -79,11 +83,29 @@ def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
             continue
         source = (me - shift) % count
         expected = sizes[source][me]
-        received = _permute_stream(sends[(me + shift) % count], sum(expected), widest, shift,
-                                   count, number)
+        destinations = _destinations(into, source, expected)
+        _permute_stream(sends[(me + shift) % count], destinations, widest, shift, count,
+                        number)
         if expected:
-            incoming[source] = _split(received, expected)
+            incoming[source] = destinations
     return incoming
+
+
+def _destinations(into: Mapping[int, Sequence[np.ndarray]] | None, source: int,
+                  lengths: list[int]) -> list[np.ndarray]:
+    """Where the buffers from ``source`` go: the caller's when they match the
+    lengths the source announced, else fresh memory on huge pages
+    (first-touch page faults, not copies, dominate filling fresh buffers on
+    virtual machines: host_memory.py). A mismatch is not raised here: this
+    process must still take part in the collective, and the caller, who
+    knows what the buffers mean, names the difference."""
+    given = [] if into is None else [np.asarray(b) for b in into.get(source, [])]
+    if [b.nbytes for b in given] == list(lengths) and all(
+            b.flags.c_contiguous and b.flags.writeable for b in given):
+        return [b.reshape(-1).view(np.uint8) for b in given]
+    stream = host_memory.empty((sum(lengths),), np.uint8)
+    ends = np.cumsum(lengths, dtype=np.int64)
+    return [stream[end - n:end] for n, end in zip(lengths, ends)]
 
 
 def _checked(outgoing: Mapping[int, Sequence[np.ndarray]], count: int) -> list[list[np.ndarray]]:
@@ -116,27 +138,21 @@ def _agree_sizes(number: int, me: int, count: int, mine: list[list[int]],
     return sizes
 
 
-def _permute_stream(buffers: list[np.ndarray], receive: int, widest: int, shift: int,
-                    count: int, number: int) -> np.ndarray:
-    """Sends the concatenation of ``buffers`` to process me+shift and returns
-    the ``receive`` bytes process me-shift sends, in rounds."""
-    # Fresh memory on huge pages: first-touch page faults, not the copies,
-    # dominate filling fresh buffers on virtual machines (host_memory.py).
-    # The send buffer is 64-byte aligned, so the CPU client adopts it.
-    out = host_memory.empty((receive,), np.uint8)
+def _permute_stream(buffers: list[np.ndarray], destinations: list[np.ndarray], widest: int,
+                    shift: int, count: int, number: int) -> None:
+    """Sends the concatenation of ``buffers`` to process me+shift and
+    receives what process me-shift sends into ``destinations``, in rounds."""
+    # 64-byte aligned, so that the CPU client adopts it without a copy.
     send_buffer = host_memory.empty((_round_size(widest),), np.uint8)
-    pieces = _Pieces(buffers)
+    outgoing, incoming = _Pieces(buffers), _Pieces(destinations)
     start = 0
     while start < widest:
         # Full rounds, then one just large enough for the rest.
         send_round = send_buffer[:_round_size(widest - start)]
-        filled = pieces.copy_into(send_round)
+        filled = outgoing.copy_into(send_round)
         send_round[filled:] = 0
-        got = _permute(send_round, shift, count, number)
-        take = min(send_round.size, max(receive - start, 0))
-        out[start:start + take] = got[:take]
+        incoming.copy_from(_permute(send_round, shift, count, number))
         start += send_round.size
-    return out
 
 
 def _round_size(widest: int) -> int:
@@ -153,21 +169,25 @@ class _Pieces:
         self._buffers, self._index, self._offset = buffers, 0, 0
 
     def copy_into(self, dst: np.ndarray) -> int:
-        filled = 0
-        while filled < dst.size and self._index < len(self._buffers):
+        """Copies the stream's next bytes into ``dst``; returns how many."""
+        return self._walk(dst, lambda piece, part: part.__setitem__(slice(None), piece))
+
+    def copy_from(self, src: np.ndarray) -> int:
+        """Copies ``src`` (or as much as the stream still holds) into the
+        stream's next bytes; returns how many."""
+        return self._walk(src, lambda piece, part: piece.__setitem__(slice(None), part))
+
+    def _walk(self, other: np.ndarray, copy) -> int:
+        done = 0
+        while done < other.size and self._index < len(self._buffers):
             buffer = self._buffers[self._index]
-            n = min(dst.size - filled, buffer.size - self._offset)
-            dst[filled:filled + n] = buffer[self._offset:self._offset + n]
-            filled += n
+            n = min(other.size - done, buffer.size - self._offset)
+            copy(buffer[self._offset:self._offset + n], other[done:done + n])
+            done += n
             self._offset += n
             if self._offset == buffer.size:
                 self._index, self._offset = self._index + 1, 0
-        return filled
-
-
-def _split(stream: np.ndarray, lengths: list[int]) -> list[np.ndarray]:
-    ends = np.cumsum(lengths)
-    return [stream[end - n:end] for n, end in zip(lengths, ends)]
+        return done
 
 
 def _permute(send: np.ndarray, shift: int, count: int, number: int) -> np.ndarray:

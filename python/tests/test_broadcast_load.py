@@ -195,7 +195,8 @@ def _exchange_among_threads(processes: int):
     mailbox: dict = {}
     calls = collections.Counter()
 
-    def exchange_bytes(outgoing, *, timeout_s):
+    def exchange_bytes(outgoing, *, timeout_s, into=None):
+        # Ignores ``into``: the plan must then copy what it receives itself.
         assert timeout_s == 12.5
         calls[me.index] += 1
         for dest, buffers in outgoing.items():
@@ -260,7 +261,7 @@ def test_a_receiver_given_other_sizes_fails_naming_the_leaf(monkeypatch):
     reader = 1 - simulated.index((plan, slots))
     slots[0].buffer = np.zeros((4, 4), np.float32)
     monkeypatch.setattr(broadcast_load.exchange, "exchange_bytes",
-                        lambda outgoing, timeout_s: {reader: [np.zeros(3, np.uint8)]})
+                        lambda outgoing, timeout_s, into=None: {reader: [np.zeros(3, np.uint8)]})
     with pytest.raises(sk.ShardkeepError,
                        match=rf"leaf 'leaf0'.*received 3 bytes from process {reader}"):
         plan.exchange(1.0)

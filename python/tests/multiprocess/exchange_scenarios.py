@@ -49,6 +49,17 @@ def patterns() -> dict:
     _check(got, {s: [_buffer(s, me, 1 + i, n) for i, n in enumerate(sizes(s, me))]
                  for s in range(count)})
 
+    # Received into the caller's buffers, or, where they do not match what
+    # the source sends, into fresh ones (the call stays collective).
+    mine = np.zeros(1000, np.uint8)
+    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 7, 1000)]}, into={pred: [mine]})
+    assert got[pred][0].ctypes.data == mine.ctypes.data
+    assert np.array_equal(mine, _buffer(pred, me, 7, 1000))
+    short = np.zeros(999, np.uint8)
+    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 8, 1000)]}, into={pred: [short]})
+    assert got[pred][0].ctypes.data != short.ctypes.data and not short.any()
+    assert np.array_equal(got[pred][0], _buffer(pred, me, 8, 1000))
+
     # Nothing to send anywhere: still a matched call.
     assert exchange.exchange_bytes({}) == {}
 
