@@ -71,7 +71,8 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
         results[name] = _load_one(reader, path, name, available[name]["kind"], target,
-                                  partial, core_options, map_files, options.broadcast_load)
+                                  partial, core_options, map_files,
+                                  options.broadcasts_load_of(path))
     return results
 
 

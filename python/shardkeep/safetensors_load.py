@@ -66,7 +66,7 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     with gc_paused():
         return restore.restore_pytree(reader, path, _TENSORS, meta, target, partial=True,
                                       core_options=core_options, map_files=map_files,
-                                      broadcast=options.broadcast_load)
+                                      broadcast=options.broadcasts_load_of(path))
 
 
 def _renamed_for(path: str, meta: dict, names: list[str], target: Any,

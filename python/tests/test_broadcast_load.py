@@ -325,3 +325,11 @@ def test_four_processes_read_one_copy_and_load_the_same_bits(tmp_path):
     assert [r["small_batches"]["exchanges"] for r in results] == \
         [results[0]["small_batches"]["exchanges"]] * 4
     assert results[0]["small_batches"]["exchanges"] > 1
+
+
+def test_the_default_broadcasts_loads_from_object_stores_only():
+    assert sk.Options().broadcasts_load_of("s3://bucket/run/000000100")
+    assert not sk.Options().broadcasts_load_of("/checkpoints/run/000000100")
+    assert not sk.Options().broadcasts_load_of("file:///checkpoints/run/000000100")
+    assert sk.Options(broadcast_load=True).broadcasts_load_of("/checkpoints/x")
+    assert not sk.Options(broadcast_load=False).broadcasts_load_of("s3://bucket/x")
