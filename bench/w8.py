@@ -331,19 +331,9 @@ def machine_info() -> dict:
 
 
 def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-    out = {}
-    for name in ("shardkeep", "jax", "jaxlib", "numpy"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--", "python", "cpp"],
-                           capture_output=True, text=True).stdout.strip()
-    out["shardkeep_commit"] = commit + ("+uncommitted changes" if dirty else "")
-    return out
+    sys.path.insert(0, HERE)
+    import provenance
+    return provenance.versions(["shardkeep", "jax", "jaxlib", "numpy"])
 
 
 def main(argv=None) -> int:
