@@ -25,3 +25,19 @@ def versions(names: list[str]) -> dict:
                            capture_output=True, text=True).stdout.strip()
     out["shardkeep_commit"] = commit + ("+uncommitted changes" if dirty else "")
     return out
+
+
+def machine_info() -> dict:
+    """Kernel, Python, cores, CPU model and memory of this machine."""
+    import platform
+    info = {"kernel": platform.release(), "python": platform.python_version(),
+            "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
+                               if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    with open("/proc/meminfo") as f:
+        info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    return info

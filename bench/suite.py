@@ -178,17 +178,7 @@ def summarize(measurements: list[dict]) -> dict:
 
 
 def machine_info() -> dict:
-    info = {"hostname": platform.node(), "kernel": platform.release(),
-            "python": platform.python_version(), "cores": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
-                               if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    with open("/proc/meminfo") as f:
-        info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
-    return info
+    return {"hostname": platform.node(), **provenance.machine_info()}
 
 
 def filesystem(path: str) -> str:

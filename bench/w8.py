@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -36,6 +35,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import provenance  # noqa: E402
 PROCESSES = 4
 MIB = 1 << 20
 
@@ -316,23 +317,7 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def machine_info() -> dict:
-    info = {"kernel": platform.release(), "python": platform.python_version(),
-            "cores": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f
-                               if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    with open("/proc/meminfo") as f:
-        info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
-    return info
-
-
 def versions() -> dict:
-    sys.path.insert(0, HERE)
-    import provenance
     return provenance.versions(["shardkeep", "jax", "jaxlib", "numpy"])
 
 
@@ -355,7 +340,7 @@ def main(argv=None) -> int:
     if args.reps is None:
         args.reps = 1 if args.scale == "small" else 3
     parts = [p for p in args.parts.split(",") if p]
-    results = {"machine": machine_info(), "parts": {}}
+    results = {"machine": provenance.machine_info(), "parts": {}}
     # Parts run earlier into the same folder stay, so that each can be
     # rerun alone (every part records its own run).
     previous = os.path.join(args.out_dir, "results.json")
