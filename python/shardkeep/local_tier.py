@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import jax
 
-from . import _core, distributed, exchange, local_restore, local_slices
+from . import _core, distributed, exchange, leftovers, local_restore, local_slices
 from . import options as options_lib
 from . import save as save_lib
 from .errors import InvalidArgumentError, ShardkeepError
@@ -255,13 +255,11 @@ class LocalTier:
             q = int(match.group(1))
             steps = found.setdefault(q, {})
             entries = _core.list_checkpoints(folder, core_options)
-            committed = {name for name, state, *_ in entries if state == "committed"}
+            leftovers.collect(folder, entries,
+                              {name for name, state, *_ in entries if state == "committed"},
+                              self._options)
             for name, state, _, commit_json, problem in entries:
                 path = os.path.join(folder, name)
-                if state in ("temporary", "being-deleted", "unfinished") or (
-                        state == "replaced" and name.rsplit(".", 1)[0] in committed):
-                    _remove_quietly(path, core_options)
-                    continue
                 if state != "committed" or not _STEP_NAME.fullmatch(name):
                     if state == "rejected":
                         logger.warning("%s is ignored: %s", path, problem)
@@ -274,11 +272,3 @@ class LocalTier:
                     continue
                 steps.setdefault(int(name), (name, count))
         return found
-
-def _remove_quietly(path: str, core_options) -> None:
-    try:
-        _core.remove_leftover(path, core_options)
-    except ShardkeepError as e:
-        logger.warning("could not remove %s: %s", path, e)
-
-

@@ -59,7 +59,7 @@ import numpy as np
 
 from . import _core, distributed
 from . import options as options_lib
-from . import local_tier, retention, staging_pool
+from . import leftovers, local_tier, retention, staging_pool
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
 from .load import load as load_state
 from .load import load_checkpointables
@@ -70,7 +70,6 @@ logger = logging.getLogger("shardkeep")
 
 _STEP_NAME = re.compile(r"[0-9]+")
 _TMP_SUFFIX = ".shardkeep-tmp"
-_OLD_SUFFIX = ".shardkeep-old"
 # Slack on top of Options.timeout_s, which already bounds every wait of a save.
 _WAIT_SLACK_S = 60.0
 # Numbers the managers of a process; every process creates its managers in
@@ -458,36 +457,8 @@ class CheckpointManager:
                 continue
             found[name] = json.loads(commit_json).get("metrics") or {}
         if self._primary:
-            self._collect_garbage(entries, set(found))
+            leftovers.collect(self._root, entries, set(found), self._options)
         return found
-
-    def _collect_garbage(self, entries: list[tuple], committed: set[str]) -> None:
-        for name, state, *_ in entries:
-            path = _join(self._root, name)
-            if state in ("temporary", "being-deleted", "unfinished"):
-                logger.info("removing stale %s", path)
-                self._remove_quietly(path, self._options)
-            elif state == "replaced":
-                if name[:-len(_OLD_SUFFIX)] in committed:
-                    logger.info("removing %s: its replacement is committed", path)
-                    self._remove_quietly(path, self._options)
-                else:
-                    logger.warning("%s is kept: it may be the only copy of that step", path)
-
-    @staticmethod
-    def _remove_quietly(path: str, options: options_lib.Options) -> bool:
-        """Removes a leftover folder; a failure is logged, and retried by a later manager."""
-        try:
-            _core.remove_leftover(path, options.to_core())
-        except InvalidArgumentError as e:
-            # Not a leftover after all (a committed checkpoint, someone's
-            # data): the core removed nothing, and trying again would not help.
-            logger.info("%s is not removed: %s", path, e)
-            return True
-        except ShardkeepError as e:
-            logger.warning("could not remove %s: %s", path, e)
-            return False
-        return True
 
     def _note_leftover(self, name: str) -> None:
         # The temporary folder (storage with rename), or the step's own
@@ -506,10 +477,10 @@ class CheckpointManager:
         removed now is tried again before the following save.
         """
         with self._lock:
-            leftovers, self._leftovers = self._leftovers, []
+            paths, self._leftovers = self._leftovers, []
         if not self._primary:
             return
-        kept = [path for path in leftovers if not self._remove_quietly(path, self._options)]
+        kept = [path for path in paths if not leftovers.remove_quietly(path, self._options)]
         if kept:
             with self._lock:
                 self._leftovers[:0] = kept
@@ -664,8 +635,7 @@ def _root_url(root) -> str:
     return os.path.abspath(root)
 
 
-def _join(root: str, name: str) -> str:
-    return f"{root}/{name}" if not root.endswith("/") else root + name
+_join = leftovers.join
 
 
 def _plain_metrics(metrics: Mapping | None) -> dict:
