@@ -18,12 +18,12 @@
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
+#include "shardkeep/checkpoint_root.h"
 #include "shardkeep/options.h"
 
 namespace shardkeep {
 namespace {
 
-constexpr char kTmpSuffix[] = ".shardkeep-tmp";
 constexpr char kForceHint[] = "copy with force (shardkeep cp --force) to replace it";
 
 // A chunk's stored bytes within a data file, and their recorded checksum.
@@ -96,7 +96,7 @@ class CheckpointCopy {
                  std::shared_ptr<Storage> to, std::string to_path, const CopyOptions& options)
       : from_(std::move(from)), from_path_(std::move(from_path)), to_(std::move(to)),
         to_path_(std::move(to_path)), options_(options),
-        generations_(!to_->features().atomic_rename), context_("copy to " + to_path_) {}
+        context_("copy to " + to_path_), target_(*to_, to_path_, context_) {}
 
   Result<CopyReport> Run() {
     SK_RETURN_IF_ERROR(ReadSource());
@@ -105,11 +105,7 @@ class CheckpointCopy {
     Status copied = CopyFiles();
     if (copied.ok()) copied = Commit();
     if (!copied.ok() && copied.code() != StatusCode::kCommitStateUnknown) {
-      if (generations_) {
-        (void)to_->DeleteRecursive(dst_root_);
-      } else {
-        (void)internal::DiscardFolder(*to_, dst_root_);
-      }
+      target_.Discard();
     }
     SK_RETURN_IF_ERROR(copied);
     return report_;
@@ -201,25 +197,12 @@ class CheckpointCopy {
   }
 
   Status PrepareDestination() {
-    const StorageFeatures features = to_->features();
-    if (!features.atomic_rename && !features.conditional_create) {
-      return InvalidArgumentError(context_ + ": the destination's storage can neither rename "
-                                  "atomically nor create a file only if absent, so nothing "
-                                  "can be committed there");
-    }
-    SK_RETURN_IF_ERROR(internal::CheckCommitTarget(*to_, to_path_, options_.force,
-                                                   generations_, kForceHint)
-                           .WithContext(context_));
-    if (generations_) {
-      generation_ = internal::NewGenerationName();
-      dst_root_ = to_path_ + "/" + generation_;
-      return Status::Ok();  // keys need no folders
-    }
-    dst_root_ = to_path_ + kTmpSuffix;
-    SK_RETURN_IF_ERROR(internal::DiscardFolder(*to_, dst_root_));
+    SK_RETURN_IF_ERROR(target_.CheckUsable());
+    SK_RETURN_IF_ERROR(target_.Prepare(options_.force, kForceHint));
+    if (!target_.renames()) return Status::Ok();  // keys need no folders
     std::set<std::string> dirs;
     for (const FileCopy& file : files_) {
-      dirs.insert(dst_root_ + "/" + file.relative.substr(0, file.relative.rfind('/')));
+      dirs.insert(target_.folder() + "/" + file.relative.substr(0, file.relative.rfind('/')));
     }
     for (const std::string& dir : dirs) SK_RETURN_IF_ERROR(to_->CreateDir(dir));
     return Status::Ok();
@@ -251,7 +234,7 @@ class CheckpointCopy {
   }
 
   Status CopyFile(const FileCopy& file, const std::function<void(uint64_t)>& advance) {
-    const std::string dst = dst_root_ + "/" + file.relative;
+    const std::string dst = target_.folder() + "/" + file.relative;
     if (file.bytes) {
       SK_RETURN_IF_ERROR(to_->WriteAll(dst, *file.bytes, /*sync=*/true));
       advance(file.size);
@@ -277,8 +260,7 @@ class CheckpointCopy {
   // The record as the destination's layout needs it: the source's bytes
   // when the layouts agree, else re-encoded with the new data folder.
   std::string DestinationRecord() const {
-    const std::optional<std::string> folder =
-        generations_ ? std::optional<std::string>(generation_) : std::nullopt;
+    const std::optional<std::string> folder = target_.data_folder();
     if (commit_.data_folder == folder) return record_json_;
     format::CommitRecord record = commit_;
     record.data_folder = folder;
@@ -287,24 +269,22 @@ class CheckpointCopy {
 
   Status Commit() {
     const std::string record = DestinationRecord();
-    if (generations_) {
-      return internal::CommitGeneration(*to_, to_path_, generation_, record, options_.force,
-                                        context_);
-    }
+    if (!target_.renames()) return target_.Commit(record, options_.force);
+    const std::string& tmp = target_.folder();
     SK_RETURN_IF_ERROR(
-        to_->WriteAll(dst_root_ + "/" + format::kCommitFileName, record, /*sync=*/true));
+        to_->WriteAll(tmp + "/" + format::kCommitFileName, record, /*sync=*/true));
     // Every entry must be durable before the rename makes the folder a
     // checkpoint; the deepest folders first.
-    std::set<std::string, std::greater<>> dirs = {dst_root_};
+    std::set<std::string, std::greater<>> dirs = {tmp};
     for (const FileCopy& file : files_) {
-      std::string dir = dst_root_ + "/" + file.relative.substr(0, file.relative.rfind('/'));
-      while (dir.size() > dst_root_.size()) {
+      std::string dir = tmp + "/" + file.relative.substr(0, file.relative.rfind('/'));
+      while (dir.size() > tmp.size()) {
         dirs.insert(dir);
         dir = dir.substr(0, dir.rfind('/'));
       }
     }
     for (const std::string& dir : dirs) SK_RETURN_IF_ERROR(to_->SyncDir(dir));
-    return internal::MakeVisible(*to_, dst_root_, to_path_).WithContext(context_);
+    return target_.Commit(record, options_.force);
   }
 
   std::shared_ptr<Storage> from_;
@@ -312,13 +292,12 @@ class CheckpointCopy {
   std::shared_ptr<Storage> to_;
   const std::string to_path_;
   const CopyOptions& options_;
-  const bool generations_;  // the destination commits without rename
   const std::string context_;
   format::CommitRecord commit_;
   std::string record_json_;  // the source's _SHARDKEEP as stored
   std::string src_root_;     // the folder holding the source's checkpointables
-  std::string dst_root_;     // where the copy is written before its commit
-  std::string generation_;   // generations_: the destination's folder name
+  // How and where the copy commits; written into its folder first.
+  internal::CommitTarget target_;
   std::vector<FileCopy> files_;
   CopyReport report_;
 };

@@ -67,7 +67,7 @@ Status SettleExchange(Storage& storage, const std::string& tmp,
 // The fallback where the backend cannot exchange.
 Status ReplaceByTwoRenames(Storage& storage, const std::string& tmp,
                            const std::string& path) {
-  const std::string old = path + kOldSuffix;
+  const std::string old = path + kReplacedSuffix;
   SK_RETURN_IF_ERROR(DiscardFolder(storage, old));
   SK_RETURN_IF_ERROR(storage.Rename(path, old));
   const Status renamed = storage.Rename(tmp, path);
@@ -227,6 +227,58 @@ std::string NewGenerationName() {
   char digits[17];
   std::snprintf(digits, sizeof(digits), "%016llx", static_cast<unsigned long long>(id));
   return std::string(format::kGenerationPrefix) + digits;
+}
+
+CommitTarget::CommitTarget(Storage& storage, std::string path, std::string context)
+    : storage_(storage),
+      path_(std::move(path)),
+      context_(std::move(context)),
+      renames_(storage.features().atomic_rename),
+      folder_(renames_ ? path_ + kTemporarySuffix : "") {}
+
+Status CommitTarget::CheckUsable() const {
+  const StorageFeatures features = storage_.features();
+  if (features.atomic_rename || features.conditional_create) return Status::Ok();
+  return InvalidArgumentError(context_ +
+                              ": the storage can neither rename atomically nor create a "
+                              "file only if absent, so nothing can be committed there");
+}
+
+std::optional<std::string> CommitTarget::data_folder() const {
+  if (renames_) return std::nullopt;
+  return generation_;
+}
+
+Status CommitTarget::Prepare(bool force, const std::string& force_hint) {
+  SK_RETURN_IF_ERROR(CheckCommitTarget(storage_, path_, force, !renames_, force_hint)
+                         .WithContext(context_));
+  if (renames_) return DiscardFolder(storage_, folder_).WithContext(context_);
+  generation_ = NewGenerationName();
+  folder_ = path_ + "/" + generation_;
+  return Status::Ok();
+}
+
+Status CommitTarget::Adopt(const std::string& generation) {
+  if (renames_ || !format::IsGenerationFolderName(generation)) {
+    return InternalError(context_ + ": '" + generation + "' is not a generation folder name");
+  }
+  generation_ = generation;
+  folder_ = path_ + "/" + generation_;
+  return Status::Ok();
+}
+
+Status CommitTarget::Commit(const std::string& record, bool force) {
+  if (renames_) return MakeVisible(storage_, folder_, path_).WithContext(context_);
+  return CommitGeneration(storage_, path_, generation_, record, force, context_);
+}
+
+void CommitTarget::Discard() {
+  if (renames_) {
+    (void)DiscardFolder(storage_, folder_);
+  } else if (!generation_.empty()) {
+    // A generation never holds a commit record: no order to keep.
+    (void)storage_.DeleteRecursive(folder_);
+  }
 }
 
 Status CommitGeneration(Storage& storage, const std::string& path,

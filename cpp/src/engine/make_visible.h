@@ -5,24 +5,23 @@
 // what is there when asked to (`force`).
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "shardkeep/checkpoint_root.h"  // the folder suffixes
 #include "shardkeep/storage.h"
 
 namespace shardkeep::internal {
-
-// Folder that holds the previous checkpoint between the two renames of a
-// replacement on a backend that cannot exchange.
-inline constexpr char kOldSuffix[] = ".shardkeep-old";
 
 // Moves the complete checkpoint folder `tmp` to `path` and makes that
 // durable (fsync of the parent folder). When `path` exists it is replaced:
 //  - by one Exchange(tmp, path) where the backend and the file system can
 //    swap atomically, so `path` always holds one whole checkpoint, even
 //    across a crash; the previous one then sits at `tmp` and is deleted;
-//  - otherwise by two renames, <path> → <path>.shardkeep-old and
-//    tmp → <path>; a crash between them leaves nothing at `path` and the
-//    previous checkpoint whole at <path>.shardkeep-old.
+//  - otherwise by two renames, <path> → <path>.shardkeep-old
+//    (kReplacedSuffix) and tmp → <path>; a crash between them leaves
+//    nothing at `path` and the previous checkpoint whole at
+//    <path>.shardkeep-old, which ListCheckpoints calls an only copy.
 // OK: committed. A non-OK status other than CommitStateUnknown: nothing
 // changed at `path`, and `tmp` still holds the new checkpoint (for the
 // caller to delete). CommitStateUnknown: a step failed and so did putting
@@ -60,5 +59,57 @@ std::string NewGenerationName();
 Status CommitGeneration(Storage& storage, const std::string& path,
                         const std::string& generation, const std::string& record,
                         bool force, const std::string& context);
+
+// The one place that decides how a save or a copy commits at `path`, from
+// the storage's features: where the files are written before the commit,
+// what is prepared and discarded, and the commit point itself.
+//  - Renaming (StorageFeatures::atomic_rename): the files go to
+//    <path>.shardkeep-tmp, which MakeVisible moves to <path>.
+//  - Generations (no atomic rename, conditional_create: object stores):
+//    the files go to a generation folder <path>/.shardkeep-g<id>, which
+//    CommitGeneration commits by creating <path>/_SHARDKEEP.
+// Holds `storage` by reference: it must outlive the target. Not
+// thread-safe; one operation owns it.
+class CommitTarget {
+ public:
+  // `context` opens the messages ("save of <path>").
+  CommitTarget(Storage& storage, std::string path, std::string context);
+
+  // InvalidArgument where the storage offers neither way: nothing can
+  // commit there.
+  Status CheckUsable() const;
+  bool renames() const { return renames_; }
+  // Where the files go before the commit: <path>.shardkeep-tmp, or the
+  // generation folder once drawn (Prepare) or learnt (Adopt).
+  const std::string& folder() const { return folder_; }
+  // The commit record's data_folder: the generation, nullopt when renaming.
+  std::optional<std::string> data_folder() const;
+
+  // The committing process's preparation: refuses, unless `force`, a path
+  // that holds something (CheckCommitTarget, ending with `force_hint`);
+  // then, renaming, deletes a stale temporary folder; with generations,
+  // draws a fresh one and deletes nothing (another job may be writing its
+  // own generation there).
+  Status Prepare(bool force, const std::string& force_hint);
+  // The other processes of a save, generations only: the generation the
+  // committing process drew. Internal for a name that is not one.
+  Status Adopt(const std::string& generation);
+  // The commit point, replacing what is at the path when `force`.
+  // Renaming: folder() must hold the whole checkpoint, its _SHARDKEEP
+  // included, durably; `record` is not used. Generations: creates
+  // <path>/_SHARDKEEP holding `record` (which must name data_folder()).
+  Status Commit(const std::string& record, bool force);
+  // After a failure that left no commit: deletes folder(), best effort
+  // (the next commit at the path removes what is left).
+  void Discard();
+
+ private:
+  Storage& storage_;
+  const std::string path_;
+  const std::string context_;
+  const bool renames_;
+  std::string generation_;  // generations: once drawn or learnt
+  std::string folder_;
+};
 
 }  // namespace shardkeep::internal

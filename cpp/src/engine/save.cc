@@ -104,27 +104,14 @@
 #include "format/index.h"
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
+#include "shardkeep/checkpoint_root.h"
 
 namespace shardkeep {
 namespace {
 
-constexpr char kTmpSuffix[] = ".shardkeep-tmp";
 constexpr char kForceHint[] =
     "save with force to replace it (force=True in Python; SaveRequest::force or "
     "CheckpointWriter::SetForce in C++)";
-
-// How a save becomes visible, chosen from the storage's features.
-enum class CommitStrategy {
-  kRename,       // write <path>.shardkeep-tmp, rename it to <path>
-  kGenerations,  // write <path>/.shardkeep-g<id>, create <path>/_SHARDKEEP
-  kNone,         // the storage offers neither: a save cannot commit there
-};
-
-CommitStrategy ChooseStrategy(const StorageFeatures& features) {
-  if (features.atomic_rename) return CommitStrategy::kRename;
-  if (features.conditional_create) return CommitStrategy::kGenerations;
-  return CommitStrategy::kNone;
-}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -245,10 +232,7 @@ class SaveOperation {
         coordinator_(std::move(coordinator)),
         request_(std::move(request)),
         options_(options),
-        features_(storage_->features()),
-        strategy_(ChooseStrategy(features_)),
-        tmp_(request_.path + kTmpSuffix),
-        root_(tmp_),
+        target_(*storage_, request_.path, "save of " + request_.path),
         id_(OperationId(request_)),
         created_ns_(NowNs()) {}
 
@@ -258,12 +242,9 @@ class SaveOperation {
     if (local.ok()) local = ParseJsonObject(request_.custom_metadata_json, "custom_metadata",
                                             custom_metadata_);
     if (local.ok()) local = ParseJsonObject(request_.metrics_json, "metrics", metrics_);
-    if (local.ok()) local = CheckStrategy();
+    if (local.ok()) local = target_.CheckUsable();
     if (local.ok()) local = PublishMetaDigest();
-    if (local.ok() && coordinator_->is_primary()) {
-      local = strategy_ == CommitStrategy::kGenerations ? PrepareGeneration()
-                                                        : PrepareTemporaryDir();
-    }
+    if (local.ok() && coordinator_->is_primary()) local = PrepareFolder();
     Status agreed = Agree("prepared", local);
     if (agreed.ok()) agreed = AgreeOnMeta();
     if (agreed.ok()) agreed = LearnGeneration();
@@ -295,7 +276,7 @@ class SaveOperation {
     (void)coordinator_->KeyValueSet(Key("result"), committed.ok()
                                                        ? std::string("ok")
                                                        : committed.ToString());
-    // Whatever the commit left at tmp_ is not committed, unless its state
+    // Whatever the commit left in its folder is not committed, unless its state
     // is unknown: then nothing is touched.
     if (!committed.ok() && committed.code() != StatusCode::kCommitStateUnknown) {
       RemoveTemporaryDir();
@@ -323,13 +304,6 @@ class SaveOperation {
     return request_.path + "/" + format::kCommitFileName;
   }
 
-  Status CheckStrategy() const {
-    if (strategy_ != CommitStrategy::kNone) return Status::Ok();
-    return InvalidArgumentError(
-        "save of " + request_.path +
-        ": its storage can neither rename atomically nor create a file only "
-        "if absent, so no save can commit there");
-  }
   std::string MetaKey(int process) const {
     return Key("prepared/meta/" + std::to_string(process));
   }
@@ -487,62 +461,40 @@ class SaveOperation {
         ": check it before relying on it");
   }
 
-  Status PrepareTemporaryDir() {
-    SK_RETURN_IF_ERROR(internal::CheckCommitTarget(*storage_, request_.path, request_.force,
-                                                   /*generations=*/false, kForceHint));
-    SK_RETURN_IF_ERROR(internal::DiscardFolder(*storage_, tmp_));
+  // The primary's part of step 2: the commit target's checks and
+  // preparation (make_visible.h), then, renaming, the folders of the
+  // temporary checkpoint; with generations, the generation's name goes to
+  // the other processes (keys need no folders: the writers' files create
+  // them).
+  Status PrepareFolder() {
+    SK_RETURN_IF_ERROR(target_.Prepare(request_.force, kForceHint));
+    if (!target_.renames()) {
+      if (coordinator_->process_count() == 1) return Status::Ok();
+      return coordinator_->KeyValueSet(Key("generation"), *target_.data_folder())
+          .WithContext("save of " + request_.path + ": publishing its folder");
+    }
     for (const CheckpointablePayload& part : request_.parts) {
-      SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/data"));
-      SK_RETURN_IF_ERROR(storage_->CreateDir(tmp_ + "/" + part.name + "/index"));
+      SK_RETURN_IF_ERROR(storage_->CreateDir(target_.folder() + "/" + part.name + "/data"));
+      SK_RETURN_IF_ERROR(storage_->CreateDir(target_.folder() + "/" + part.name + "/index"));
     }
     return Status::Ok();
-  }
-
-  // The primary's part of step 2 on storage without rename: the checks of
-  // PrepareTemporaryDir, but nothing is deleted before the commit (another
-  // job may be writing its own generation here), and the generation's name
-  // goes to the other processes.
-  Status PrepareGeneration() {
-    const std::string& path = request_.path;
-    generation_ = internal::NewGenerationName();
-    root_ = path + "/" + generation_;
-    SK_RETURN_IF_ERROR(internal::CheckCommitTarget(*storage_, path, request_.force,
-                                                   /*generations=*/true, kForceHint));
-    // Keys need no folders: the writers' files create them.
-    if (coordinator_->process_count() == 1) return Status::Ok();
-    return coordinator_->KeyValueSet(Key("generation"), generation_)
-        .WithContext("save of " + path + ": publishing its folder");
   }
 
   // After "prepared": where the primary's generation is, on the others.
   Status LearnGeneration() {
-    if (strategy_ != CommitStrategy::kGenerations || coordinator_->is_primary()) {
-      return Status::Ok();
-    }
+    if (target_.renames() || coordinator_->is_primary()) return Status::Ok();
     Result<std::string> published =
         coordinator_->KeyValueGet(Key("generation"), options_.timeout_s);
     SK_RETURN_IF_ERROR(published.status().WithContext(
         "save of " + request_.path + ": waiting for the primary's folder name"));
-    if (!format::IsGenerationFolderName(*published)) {
-      return InternalError("save of " + request_.path + ": the primary published '" +
-                           *published + "' as its folder name");
-    }
-    generation_ = std::move(*published);
-    root_ = request_.path + "/" + generation_;
-    return Status::Ok();
+    return target_.Adopt(*published);
   }
 
   // Once every process knows the save failed, its files are garbage. Best
   // effort: the next save to this path (rename) or the next commit there
   // (generations) removes what is left.
   void RemoveTemporaryDir() {
-    if (!coordinator_->is_primary()) return;
-    if (strategy_ != CommitStrategy::kGenerations) {
-      (void)internal::DiscardFolder(*storage_, tmp_);
-    } else if (!generation_.empty()) {
-      // A generation never holds a commit record: no order to keep.
-      (void)storage_->DeleteRecursive(root_);
-    }
+    if (coordinator_->is_primary()) target_.Discard();
   }
 
   // A full disk is named as such, with what this process meant to write.
@@ -552,19 +504,19 @@ class SaveOperation {
         "save of " + request_.path + " ran out of space: process " +
         std::to_string(coordinator_->process_index()) + " had " +
         std::to_string(BytesToWrite(request_.parts, coordinator_->is_primary())) +
-        " bytes to write (before compression) into " + root_);
+        " bytes to write (before compression) into " + target_.folder());
   }
 
   // Whether this process leaves the syncs of the files it wrote to the
   // commit, which syncs them together with its own files and folders.
   bool PrimaryDefersSyncs() const {
-    return coordinator_->is_primary() && strategy_ == CommitStrategy::kRename;
+    return coordinator_->is_primary() && target_.renames();
   }
 
   // Writes this process's files of `part`; those not durable yet go to
   // unsynced_.
   Status WritePart(const CheckpointablePayload& part) {
-    const std::string dir = root_ + "/" + part.name;
+    const std::string dir = target_.folder() + "/" + part.name;
     if (part.kind == "pytree") {
       internal::ByteLimiter limiter(options_.ResolvedHostMemoryLimit());
       return internal::WriteShards(*storage_, dir, coordinator_->process_index(),
@@ -587,8 +539,7 @@ class SaveOperation {
   }
 
   Status Commit() {
-    if (strategy_ == CommitStrategy::kGenerations) return CommitGeneration();
-    return CommitByRename();
+    return target_.renames() ? CommitByRename() : CommitGeneration();
   }
 
   format::CommitRecord NewRecord() const {
@@ -610,12 +561,13 @@ class SaveOperation {
     return record;
   }
 
-  // The primary writes each checkpointable's meta.json into root_, synced
+  // The primary writes each checkpointable's meta.json into its folder, synced
   // (storage without rename: each object is durable once written).
   Status WriteMetas() {
     for (const CheckpointablePayload& part : request_.parts) {
       SK_RETURN_IF_ERROR(storage_->WriteAll(
-          root_ + "/" + part.name + "/" + format::kMetaFileName, part.meta_json, true));
+          target_.folder() + "/" + part.name + "/" + format::kMetaFileName, part.meta_json,
+          true));
     }
     return Status::Ok();
   }
@@ -641,30 +593,30 @@ class SaveOperation {
   // batch; the other processes synced theirs before "written", after
   // which every entry exists.
   Status CommitByRename() {
+    const std::string& tmp = target_.folder();
     format::CommitRecord record = NewRecord();
     for (const CheckpointablePayload& part : request_.parts) {
-      SK_RETURN_IF_ERROR(WriteUnsynced(tmp_ + "/" + part.name + "/" + format::kMetaFileName,
+      SK_RETURN_IF_ERROR(WriteUnsynced(tmp + "/" + part.name + "/" + format::kMetaFileName,
                                        part.meta_json));
     }
     record.committed_ns = NowNs();
-    SK_RETURN_IF_ERROR(WriteUnsynced(tmp_ + "/" + format::kCommitFileName,
+    SK_RETURN_IF_ERROR(WriteUnsynced(tmp + "/" + format::kCommitFileName,
                                      format::EncodeCommitRecord(record)));
     for (const CheckpointablePayload& part : request_.parts) {
-      const std::string dir = tmp_ + "/" + part.name;
+      const std::string dir = tmp + "/" + part.name;
       for (const char* sub : {"/data", "/index", ""}) unsynced_.AddDir(dir + sub);
     }
-    unsynced_.AddDir(tmp_);
+    unsynced_.AddDir(tmp);
     SK_RETURN_IF_ERROR(unsynced_.SyncAll(*storage_));
     SK_RETURN_IF_ERROR(ClaimCommit());
-    return internal::MakeVisible(*storage_, tmp_, request_.path)
-        .WithContext("save of " + request_.path);
+    return target_.Commit("", request_.force);
   }
 
   // Step 5 on storage without rename: the conditional creation of
   // <path>/_SHARDKEEP naming this save's generation is the commit point.
   Status CommitGeneration() {
     format::CommitRecord record = NewRecord();
-    record.data_folder = generation_;
+    record.data_folder = target_.data_folder();
     // No folder syncs: on a store that creates objects conditionally, each
     // object is durable once its write returns, and folders are only key
     // prefixes.
@@ -672,8 +624,7 @@ class SaveOperation {
     record.committed_ns = NowNs();
     const std::string bytes = format::EncodeCommitRecord(record);
     SK_RETURN_IF_ERROR(ClaimCommit());
-    return internal::CommitGeneration(*storage_, request_.path, generation_, bytes,
-                                      request_.force, "save of " + request_.path);
+    return target_.Commit(bytes, request_.force);
   }
 
   // On storage without rename, a save still writing when another save to
@@ -683,7 +634,7 @@ class SaveOperation {
   // was committed by another save meanwhile. (With `force` the record may
   // be the one being replaced, so the failure stays as it is.)
   Status ExplainIfOvertaken(Status failed) const {
-    if (strategy_ != CommitStrategy::kGenerations || request_.force) return failed;
+    if (target_.renames() || request_.force) return failed;
     Result<bool> committed = storage_->Exists(RecordFile());
     if (!committed.ok() || !*committed) return failed;
     return AlreadyExistsError("save of " + request_.path + ": another save committed " +
@@ -695,12 +646,8 @@ class SaveOperation {
   std::shared_ptr<Coordinator> coordinator_;
   SaveRequest request_;
   const Options options_;
-  const StorageFeatures features_;
-  const CommitStrategy strategy_;
-  const std::string tmp_;
-  // Where this process writes: tmp_, or <path>/<generation_> once known.
-  std::string root_;
-  std::string generation_;  // kGenerations: this save's folder name
+  // How and where this save commits; this process writes into its folder.
+  internal::CommitTarget target_;
   // Files this process wrote that are not durable yet (see WritePart).
   internal::SyncBatch unsynced_;
   const std::string id_;
