@@ -26,6 +26,7 @@
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
+#include "format/commit_record.h"
 #include "meta_objects.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
@@ -765,6 +766,11 @@ NB_MODULE(_core, m) {
   m.def("open_safetensors", &PyReader::OpenSafetensors, "url"_a, "options"_a = Options(),
         nb::rv_policy::take_ownership,
         "A Reader of safetensors files: one pytree checkpointable, \"tensors\".");
+  m.def(
+      "check_checkpointable_name",
+      [](const std::string& name) { ThrowIfError(format::CheckCheckpointableName(name)); },
+      "name"_a,
+      "Raises InvalidArgumentError for a name no save accepts (the core's one rule).");
   m.def("encode_meta",
         [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
         "meta.json's text for a meta dict, checked and written by the core.");

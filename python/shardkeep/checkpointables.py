@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any, Callable
 
 from . import _core, staging
 from .errors import InvalidArgumentError
 
 BASE_KINDS = ("pytree", "json", "bytes")
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,11 +62,11 @@ def register_kind(name: str, *, base: str, type: type, save: Callable[[Any], Any
 
 
 def check_name(name) -> None:
-    """Rejects checkpointable names that are not plain folder names."""
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise InvalidArgumentError(
-            f"checkpointable name {name!r} must be a non-empty folder name of letters, digits,"
-            " '_', '-' and '.' that starts with a letter or digit")
+    """Refuses a checkpointable name that the core's rule refuses (the rule
+    of every save path and of the commit record's decoder)."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"checkpointable name {name!r} must be a string")
+    _core.check_checkpointable_name(name)
 
 
 def encode(name: str, value: Any) -> dict:

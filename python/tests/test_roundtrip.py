@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
+from shardkeep import _core
 from conftest import assert_same_bits, sample_array
 
 _DTYPES = [
@@ -211,3 +212,29 @@ def test_loaded_shards_own_distinct_memory(ckpt):
     pointers = {s.data.unsafe_buffer_pointer() for s in loaded.addressable_shards}
     assert len(pointers) == 8 and all(p % 64 == 0 for p in pointers)
     np.testing.assert_array_equal(np.asarray(loaded), np.arange(64 * 1024, dtype=np.float32))
+
+
+# -- checkpointable names: the core's one rule ---------------------------------
+
+_BAD_NAMES = ["", ".hidden", "a/b", "a b", "..", "_SHARDKEEP", "\u00e9", "x" * 256]
+
+
+@pytest.mark.parametrize("name", _BAD_NAMES)
+def test_a_bad_checkpointable_name_is_refused_as_the_core_refuses_it(tmp_path, name):
+    # The same names as CheckpointWriterTest.WriterAndSaveRefuseTheSameNames.
+    with pytest.raises(sk.InvalidArgumentError) as by_core:
+        _core.check_checkpointable_name(name)
+    with pytest.raises(sk.InvalidArgumentError) as by_save:
+        sk.save_checkpointables(str(tmp_path / "c"), {name: {"w": np.ones(2)}})
+    assert str(by_save.value) == str(by_core.value)
+    assert "[A-Za-z0-9_.-]" in str(by_core.value)
+    assert not (tmp_path / "c").exists()
+
+
+def test_every_name_the_core_accepts_saves_and_loads(tmp_path):
+    names = ["_opt", "-x", "a.b", "y" * 255]
+    sk.save_checkpointables(str(tmp_path / "c"), {n: {"w": np.full(2, i)} for i, n in
+                                                  enumerate(names)})
+    loaded = sk.load_checkpointables(str(tmp_path / "c"))
+    assert sorted(loaded) == sorted(names)
+    np.testing.assert_array_equal(loaded["_opt"]["w"], np.full(2, 0))

@@ -43,7 +43,8 @@ struct ShardData {
 };
 
 struct CheckpointablePayload {
-  std::string name;       // folder name; see IsSafeCheckpointableName
+  std::string name;       // folder name: 1-255 of [A-Za-z0-9_.-], not starting
+                          // with '.', not _SHARDKEEP (CheckCheckpointableName)
   std::string kind;       // "pytree", "json", "bytes"
   std::string meta_json;  // meta.json content (written by the primary)
   std::vector<ShardData> shards;  // kind "pytree": this process's shards

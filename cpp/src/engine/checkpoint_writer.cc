@@ -10,7 +10,7 @@
 #include "engine/decoded_meta_cache.h"
 #include "engine/tiling.h"
 #include "format/checkpointable_meta.h"
-#include "format/commit_record.h"  // IsSafeCheckpointableName
+#include "format/commit_record.h"  // CheckCheckpointableName
 #include "format/json_parse.h"
 #include "shardkeep/contents.h"
 
@@ -511,11 +511,7 @@ struct CheckpointWriter::State {
       return InvalidArgumentError("checkpoint " + path +
                                   ": the writer has already started its save");
     }
-    if (!format::IsSafeCheckpointableName(name)) {
-      return InvalidArgumentError(
-          "checkpointable name " + Quote(name) +
-          " must be 1-255 characters of [A-Za-z0-9_.-], not starting with '.'");
-    }
+    SK_RETURN_IF_ERROR(format::CheckCheckpointableName(name));
     for (const Part& part : parts) {
       if (part.name == name) {
         return InvalidArgumentError("checkpointable " + Quote(name) + " of " + path +

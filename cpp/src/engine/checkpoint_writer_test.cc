@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/payloads.h"
 #include "testing/simulated_group.h"
 #include "testing/status_matchers.h"
 
@@ -383,6 +384,42 @@ TEST_F(CheckpointWriterTest, RefusesBadCheckpointablesAndRecordFields) {
                                                     "not JSON"});
   ExpectInvalid(writer.SetCustomMetadata("[1]"), {"custom metadata", "JSON object"});
   ExpectInvalid(writer.SetMetrics("1"), {"metrics", "JSON object"});
+}
+
+// One rule for checkpointable names (format::CheckCheckpointableName): the
+// writer and Save refuse the same names with the same error (Python's
+// sk.save asks the same function, test_roundtrip.py), and every name they
+// accept commits and reads back.
+TEST_F(CheckpointWriterTest, WriterAndSaveRefuseTheSameNames) {
+  const std::vector<std::string> bad = {"",    ".hidden",    "a/b", "a b",
+                                        "..",  "_SHARDKEEP", "\xc3\xa9",
+                                        std::string(256, 'x')};
+  for (const std::string& name : bad) {
+    SCOPED_TRACE("name '" + name + "'");
+    CheckpointWriter writer(storage_, "names");
+    const Status by_writer = writer.AddBytes(name, "x");
+    SaveRequest request;
+    request.path = "names";
+    request.parts.push_back(testdata::PytreePayload(name, {{"w", "float32", {2}}}));
+    const Status by_save =
+        Save(storage_, NewSingleProcessCoordinator(), std::move(request), Options());
+    EXPECT_EQ(by_writer.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(by_save.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(by_writer.message(), by_save.message());
+    EXPECT_NE(by_writer.message().find("[A-Za-z0-9_.-]"), std::string::npos);
+  }
+  const std::vector<std::string> good = {"_opt", "-x", "a.b", "state", std::string(255, 'y')};
+  for (const std::string& name : good) {
+    SCOPED_TRACE("name '" + name + "'");
+    CheckpointWriter writer(storage_, "good");
+    writer.SetForce(true);
+    SK_ASSERT_OK(writer.AddBytes(name, "x"));
+    SK_ASSERT_OK(writer.Commit(Options()));
+    SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CheckpointReader> reader,
+                            CheckpointReader::Open(storage_, "good"));
+    ASSERT_EQ(reader->Info().checkpointables.size(), 1u);
+    EXPECT_EQ(reader->Info().checkpointables[0].name, name);
+  }
 }
 
 TEST_F(CheckpointWriterTest, AWriterStartsOneSave) {

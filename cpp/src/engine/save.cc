@@ -171,11 +171,7 @@ Status ValidateRequest(const SaveRequest& request) {
   }
   std::set<std::string> names;
   for (const CheckpointablePayload& part : request.parts) {
-    if (!format::IsSafeCheckpointableName(part.name)) {
-      return InvalidArgumentError(
-          "checkpointable name '" + part.name +
-          "' must be 1-255 characters of [A-Za-z0-9_.-], not starting with '.'");
-    }
+    SK_RETURN_IF_ERROR(format::CheckCheckpointableName(part.name));
     if (!names.insert(part.name).second) {
       return InvalidArgumentError("checkpointable '" + part.name + "' given twice");
     }

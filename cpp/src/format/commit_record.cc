@@ -61,6 +61,13 @@ bool IsSafeCheckpointableName(std::string_view name) {
   });
 }
 
+Status CheckCheckpointableName(std::string_view name) {
+  if (IsSafeCheckpointableName(name)) return Status::Ok();
+  return InvalidArgumentError("checkpointable name '" + std::string(name) +
+                              "' must be 1-255 characters of [A-Za-z0-9_.-], not starting "
+                              "with '.', and not " + kCommitFileName);
+}
+
 bool IsGenerationFolderName(std::string_view name) {
   const std::string_view prefix = kGenerationPrefix;
   if (name.size() != prefix.size() + 16 || !name.starts_with(prefix)) return false;

@@ -55,8 +55,14 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
 
 // True when `name` can be a checkpointable folder: 1–255 bytes of
 // [A-Za-z0-9_.-], not starting with '.', and not "_SHARDKEEP" (the commit
-// record lives beside the folders).
+// record lives beside the folders). The one rule for checkpointable names:
+// the decoder, every save path (C++ and, through the binding, Python)
+// and CheckpointWriter apply it.
 bool IsSafeCheckpointableName(std::string_view name);
+
+// OK when IsSafeCheckpointableName(name); otherwise InvalidArgument naming
+// it and stating the rule. What a save refuses a bad name with.
+Status CheckCheckpointableName(std::string_view name);
 
 // True when `name` is kGenerationPrefix followed by exactly 16 lower-case
 // hexadecimal digits.
