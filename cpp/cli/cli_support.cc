@@ -21,8 +21,7 @@ Result<Location> OpenLocation(const std::string& url) {
   SK_ASSIGN_OR_RETURN(StorageLocation resolved, ResolveStorage(location.url));
   location.storage = std::move(resolved.storage);
   location.path = std::move(resolved.path);
-  location.local = location.url.find("://") == std::string::npos ||
-                   location.url.rfind("file://", 0) == 0;
+  location.local = LocalFilePath(location.url).has_value();
   return location;
 }
 

@@ -771,6 +771,9 @@ NB_MODULE(_core, m) {
       [](const std::string& name) { ThrowIfError(format::CheckCheckpointableName(name)); },
       "name"_a,
       "Raises InvalidArgumentError for a name no save accepts (the core's one rule).");
+  m.def("local_file_path", &LocalFilePath, "url"_a,
+        "The file-system path a URL names when it names the file backend (a plain path"
+        " or file://), else None (s3://, memory://, unknown schemes).");
   m.def("encode_meta",
         [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
         "meta.json's text for a meta dict, checked and written by the core.");

@@ -57,7 +57,7 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     options = options_lib.resolve(options)
     core_options = options.to_core()
     # Only the file backend's paths are files that can be mapped.
-    map_files = options.map_files and ("://" not in path or path.startswith("file://"))
+    map_files = options.map_files and _core.local_file_path(path) is not None
     reader = _core.Reader(path, core_options)
     available = json.loads(reader.commit_json())["checkpointables"]
     if targets is None:

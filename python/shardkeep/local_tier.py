@@ -66,12 +66,11 @@ class LocalSave:
 def local_root(template, process_index: int) -> str:
     """``template`` with ``{process}`` replaced: this process's local root."""
     root = os.fspath(template)
-    if root.startswith("file://"):
-        root = root[len("file://"):]
-    if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", root):
+    local = _core.local_file_path(root)
+    if local is None:
         raise InvalidArgumentError(
             f"local_root must be a path on this host's own storage, got {root!r}")
-    return os.path.abspath(root.replace("{process}", str(process_index)))
+    return os.path.abspath(local.replace("{process}", str(process_index)))
 
 
 class LocalTier:

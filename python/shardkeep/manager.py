@@ -628,11 +628,10 @@ def _names_checkpointables(value: Any) -> bool:
 def _root_url(root) -> str:
     """``root`` as the core resolves it: an absolute path, or a URL of another backend."""
     root = os.fspath(root)
-    if root.startswith("file://"):
-        root = root[len("file://"):]
-    elif re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", root):
+    local = _core.local_file_path(root)
+    if local is None:
         return root.rstrip("/")  # the core refuses schemes it does not know when listing
-    return os.path.abspath(root)
+    return os.path.abspath(local)
 
 
 _join = leftovers.join

@@ -421,3 +421,18 @@ def test_two_processes_make_the_same_decisions(tmp_path):
         assert result["preempted_steps"] == [result["preempted_at"]]
     assert results[0]["on_disk"] == ["000000004", "000000008", "000000010"]
     assert results[0]["preempted_at"] == results[1]["preempted_at"] >= 5
+
+
+def test_the_core_tells_local_paths_from_urls(tmp_path):
+    # One rule (the core's LocalFilePath) for the manager, the local tier and load.
+    assert _core.local_file_path(f"file://{tmp_path}/") == str(tmp_path)
+    assert _core.local_file_path(f"{tmp_path}/a://b") == f"{tmp_path}/a://b"  # no scheme
+    for url in ("s3://bucket/run", "memory://run", "gs://bucket/run"):
+        assert _core.local_file_path(url) is None
+    with sk.CheckpointManager(f"file://{tmp_path}/run/") as mgr:
+        mgr.save(1, state(1))
+    with sk.CheckpointManager(tmp_path / "run") as mgr:
+        assert mgr.all_steps() == [1]
+    with pytest.raises(sk.InvalidArgumentError, match="local_root must be a path"):
+        sk.CheckpointManager(tmp_path / "p", local_root="memory://local{process}",
+                             local_save_interval_steps=1)

@@ -160,4 +160,11 @@ struct StorageLocation {
 Result<StorageLocation> ResolveStorage(const std::string& url,
                                        const S3Overrides& s3 = {});
 
+// The file-system path `url` names when ResolveStorage would give it to
+// the file backend ("/x/y", "x/y", "file:///x/y" → "/x/y"; trailing '/'
+// dropped), or nullopt when it names another backend ("s3://b/p",
+// "memory://n/p", or a scheme this build does not know). The one rule for
+// telling local paths from URLs; nothing is opened.
+std::optional<std::string> LocalFilePath(const std::string& url);
+
 }  // namespace shardkeep

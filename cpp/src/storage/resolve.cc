@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "shardkeep/storage.h"
 #include "storage/s3/curl_transport.h"
@@ -87,16 +88,28 @@ Result<std::shared_ptr<Storage>> ProcessS3Storage(const s3::S3Url& url,
   return storage;
 }
 
+// The URL's scheme ("" for a plain path) and what follows "://".
+std::pair<std::string_view, std::string_view> SplitScheme(std::string_view url) {
+  const size_t separator = url.find("://");
+  if (separator == std::string_view::npos || !IsScheme(url.substr(0, separator))) {
+    return {"", url};
+  }
+  return {url.substr(0, separator), url.substr(separator + 3)};
+}
+
 }  // namespace
+
+std::optional<std::string> LocalFilePath(const std::string& url) {
+  const auto [scheme, path] = SplitScheme(url);
+  if (!scheme.empty() && scheme != "file") return std::nullopt;
+  return StripTrailingSlashes(path);
+}
 
 Result<StorageLocation> ResolveStorage(const std::string& url,
                                        const S3Overrides& s3) {
   std::shared_ptr<Storage> storage;
-  std::string_view path = url;
-  const size_t separator = url.find("://");
-  const std::string_view scheme = std::string_view(url).substr(0, separator);
-  if (separator != std::string::npos && IsScheme(scheme)) {
-    path.remove_prefix(separator + 3);
+  const auto [scheme, path] = SplitScheme(url);
+  if (!scheme.empty()) {
     if (scheme == "memory") {
       storage = ProcessMemoryStorage();
     } else if (scheme == "memory-objects") {
