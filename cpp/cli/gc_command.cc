@@ -1,5 +1,6 @@
 // `shardkeep gc ROOT [--older-than DURATION] [--dry-run]`: removes the
-// leftovers of failed saves under a root, never a committed checkpoint.
+// leftovers of failed saves under a root, never a committed checkpoint nor
+// the only copy of one (CollectLeftovers decides, checkpoint_root.h).
 //
 // A save under way looks exactly like a leftover (its temporary or
 // generation folder has no commit record yet). What tells them apart is
@@ -12,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_support.h"
 #include "command.h"
@@ -29,57 +31,74 @@ struct GcOptions {
   bool dry_run = false;
 };
 
+// The line gc prints for one entry it kept.
+std::string WhyKept(const CollectedEntry& c, const SurveyedEntry& s, const GcOptions& options,
+                    const std::string& root_url) {
+  using Outcome = CollectedEntry::Outcome;
+  switch (c.outcome) {
+    case Outcome::kNotLeftover:
+      if (c.state == EntryState::kOnlyCopy) {
+        return "NOT a leftover: " + OnlyCopyAdvice(s.url);
+      }
+      return "not a leftover, it may be a newer version's checkpoint; `shardkeep rm "
+             "--force` deletes it";
+    case Outcome::kAgeUnknown:
+      return "its age is unknown on this storage; --older-than 0 removes it, when no save "
+             "is writing under " + root_url;
+    case Outcome::kTooRecent:
+      return "last written " + HumanDuration(c.age_s.value_or(0)) +
+             " ago, newer than --older-than " + HumanDuration(options.min_age_s) +
+             " (a save may still be writing it)";
+    default:
+      return "";
+  }
+}
+
 int Run(const GcOptions& options) {
   Result<Location> root = OpenLocation(options.url);
   if (!root.ok()) {
     PrintError("gc", options.url, root.status());
     return kFailed;
   }
-  Result<std::vector<SurveyedEntry>> entries = SurveyRoot(*root);
-  if (!entries.ok()) {
-    PrintError("gc", options.url, entries.status());
+  Result<std::vector<SurveyedEntry>> surveyed = SurveyRoot(*root);
+  if (!surveyed.ok()) {
+    PrintError("gc", options.url, surveyed.status());
     return kFailed;
   }
-  const int64_t now = NowNs();
+  std::map<std::string, const SurveyedEntry*> by_name;
+  std::vector<RootEntry> entries;
+  for (const SurveyedEntry& s : *surveyed) {
+    by_name[s.entry.name] = &s;
+    entries.push_back(s.entry);
+  }
+  CollectOptions collect;
+  collect.min_age_s = options.min_age_s;
+  collect.dry_run = options.dry_run;
+  collect.modified_ns = [&by_name](const std::string& name) {
+    return by_name.at(name)->modified_ns;
+  };
+  const std::vector<CollectedEntry> collected =
+      CollectLeftovers(*root->storage, root->path, entries, collect);
+
   int exit_code = kOk;
   uint64_t removed = 0, removed_bytes = 0, kept = 0;
   const char* verb = options.dry_run ? "would remove" : "removed";
-  for (const SurveyedEntry& s : *entries) {
-    const std::string state = EntryStateName(s.entry.state);
-    if (s.entry.state == EntryState::kRejected) {
-      ++kept;
-      std::cout << "kept " << s.url << " (rejected: " << s.entry.problem.ToString()
-                << "): not a leftover, it may be a newer version's checkpoint; "
-                << "`shardkeep rm --force` deletes it\n";
+  for (const CollectedEntry& c : collected) {
+    const SurveyedEntry& s = *by_name.at(c.name);
+    const std::string state = EntryStateName(c.state);
+    if (c.outcome == CollectedEntry::Outcome::kFailed) {
+      PrintError("gc", s.url, c.problem);
+      exit_code = kFailed;
       continue;
     }
-    if (!IsLeftover(s.entry.state)) continue;
-    if (options.min_age_s > 0) {
-      if (!s.modified_ns) {
-        ++kept;
-        std::cout << "kept " << s.url << " (" << state
-                  << "): its age is unknown on this storage; --older-than 0 removes it, "
-                  << "when no save is writing under " << root->url << "\n";
-        continue;
-      }
-      const double age_s = (now - *s.modified_ns) / 1e9;
-      if (age_s < options.min_age_s) {
-        ++kept;
-        std::cout << "kept " << s.url << " (" << state << "): last written "
-                  << HumanDuration(age_s) << " ago, newer than --older-than "
-                  << HumanDuration(options.min_age_s) << " (a save may still be writing it)\n";
-        continue;
-      }
+    if (c.outcome != CollectedEntry::Outcome::kRemoved) {
+      ++kept;
+      std::cout << "kept " << s.url << " (" << state;
+      if (c.state == EntryState::kRejected) std::cout << ": " << s.entry.problem.ToString();
+      std::cout << "): " << WhyKept(c, s, options, root->url) << "\n";
+      continue;
     }
     const uint64_t bytes = s.usage ? s.usage->bytes : 0;
-    if (!options.dry_run) {
-      Status status = RemoveLeftover(*root->storage, root->path + "/" + s.entry.name);
-      if (!status.ok()) {
-        PrintError("gc", s.url, status);
-        exit_code = kFailed;
-        continue;
-      }
-    }
     ++removed;
     removed_bytes += bytes;
     std::cout << verb << " " << s.url << " (" << state << ", " << HumanBytes(bytes) << ")\n";
@@ -94,7 +113,8 @@ int Run(const GcOptions& options) {
 void AddGcCommand(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand(
       "gc", "Remove the leftovers of failed saves under a root (temporary, replaced, "
-            "being-deleted and unfinished folders); never a committed checkpoint");
+            "being-deleted and unfinished folders); never a committed checkpoint nor "
+            "the only copy of one");
   auto options = std::make_shared<GcOptions>();
   command->add_option("ROOT", options->url, "Folder holding checkpoints: a path or "
                                             "s3://bucket/prefix")

@@ -19,6 +19,7 @@ std::string Describe(const SurveyedEntry& s) {
   switch (s.entry.state) {
     case EntryState::kTemporary: return "a save that failed, or one still writing";
     case EntryState::kReplaced: return "the replaced checkpoint of a cut-short forced save";
+    case EntryState::kOnlyCopy: return "NOT a leftover: " + OnlyCopyAdvice(s.url);
     case EntryState::kBeingDeleted: return "a deletion cut short";
     case EntryState::kUnfinished: return "saves that never committed (or one still writing)";
     case EntryState::kRejected: return s.entry.problem.ToString();
@@ -75,7 +76,8 @@ std::string Checkpointables(const CheckpointInfo& info) {
 
 void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entries) {
   Table table({"NAME", "STATE", "STEP", "COMMITTED", "SIZE", "PROCS", "CHECKPOINTABLES"});
-  uint64_t committed = 0, committed_bytes = 0, leftovers = 0, leftover_bytes = 0;
+  uint64_t committed = 0, committed_bytes = 0, leftovers = 0, leftover_bytes = 0,
+           only_copies = 0;
   const int64_t now = NowNs();
   for (const SurveyedEntry& s : entries) {
     const std::string size = s.usage ? HumanBytes(s.usage->bytes) : "-";
@@ -88,6 +90,7 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
       continue;
     }
     std::string note = Describe(s);
+    if (s.entry.state == EntryState::kOnlyCopy) ++only_copies;
     if (IsLeftover(s.entry.state)) {
       ++leftovers;
       leftover_bytes += s.usage ? s.usage->bytes : 0;
@@ -116,6 +119,11 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
               << " (`shardkeep gc` removes them)";
   }
   std::cout << "\n";
+  if (only_copies > 0) {
+    std::cout << only_copies << " only cop" << (only_copies == 1 ? "y" : "ies")
+              << " of a checkpoint whose forced replacement was cut short: rename each "
+                 "back to its name (see above); nothing removes them\n";
+  }
 }
 
 int Run(const std::string& url, bool as_json) {

@@ -7,18 +7,6 @@
 
 namespace shardkeep::cli {
 
-bool IsLeftover(EntryState state) {
-  switch (state) {
-    case EntryState::kTemporary:
-    case EntryState::kReplaced:
-    case EntryState::kBeingDeleted:
-    case EntryState::kUnfinished:
-      return true;
-    default:
-      return false;
-  }
-}
-
 Result<std::vector<SurveyedEntry>> SurveyRoot(const Location& root) {
   SK_ASSIGN_OR_RETURN(std::vector<RootEntry> entries,
                       ListCheckpoints(*root.storage, root.path));

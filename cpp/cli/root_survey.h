@@ -15,10 +15,6 @@
 
 namespace shardkeep::cli {
 
-// Temporary, replaced, being-deleted and unfinished folders: what failed
-// (or running) saves and deletions leave, and RemoveLeftover removes.
-bool IsLeftover(EntryState state);
-
 struct SurveyedEntry {
   RootEntry entry;
   std::string url;  // root URL + name

@@ -611,22 +611,37 @@ struct PyReader {
   }
 };
 
-// (name, state, step, commit_json, problem) of each entry under `url`;
-// step, commit_json and problem are None where they do not apply.
-nb::list ListCheckpointsPy(const std::string& url, const Options& options) {
+std::vector<RootEntry> ListCheckpointsPy(const std::string& url, const Options& options) {
   StorageLocation location = Locate(url, options);
-  std::vector<RootEntry> entries = ValueOrRaise(
+  return ValueOrRaise(
       WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }), url);
-  nb::list out;
-  for (const RootEntry& e : entries) {
-    const bool committed = e.state == EntryState::kCommitted;
-    nb::object step = nb::none(), record = nb::none(), problem = nb::none();
-    if (committed && e.step) step = nb::int_(*e.step);
-    if (committed) record = nb::str(e.commit_json.c_str(), e.commit_json.size());
-    if (!e.problem.ok()) problem = nb::str(e.problem.message().c_str());
-    out.append(nb::make_tuple(e.name, EntryStateName(e.state), step, record, problem));
+}
+
+// The manager's and the local tier's collection: they list their own
+// roots between their own saves, so no minimum age.
+std::vector<CollectedEntry> CollectLeftoversPy(const std::string& url,
+                                               const std::vector<RootEntry>& entries,
+                                               const Options& options) {
+  StorageLocation location = Locate(url, options);
+  return WithoutGil([&] {
+    return CollectLeftovers(*location.storage, location.path, entries, CollectOptions());
+  });
+}
+
+const char* OutcomeName(CollectedEntry::Outcome outcome) {
+  switch (outcome) {
+    case CollectedEntry::Outcome::kRemoved: return "removed";
+    case CollectedEntry::Outcome::kNotLeftover: return "not-leftover";
+    case CollectedEntry::Outcome::kTooRecent: return "too-recent";
+    case CollectedEntry::Outcome::kAgeUnknown: return "age-unknown";
+    case CollectedEntry::Outcome::kFailed: return "failed";
   }
-  return out;
+  return "failed";
+}
+
+std::optional<std::string> MessageOf(const Status& status) {
+  if (status.ok()) return std::nullopt;
+  return status.message();
 }
 
 // A checkpoint's own storage call, by URL, without the GIL.
@@ -782,8 +797,44 @@ NB_MODULE(_core, m) {
         " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"
         " default for raw chunks on local files) are not read through storage and"
         " are not counted: measure with map_files=False.");
+  // The name a save on storage that renames writes <path> under until it
+  // commits (checkpoint_root.h); the manager removes it after a failure.
+  m.attr("TEMPORARY_SUFFIX") = nb::str(kTemporarySuffix);
+  nb::class_<RootEntry>(m, "RootEntry", "One entry directly under a checkpoint root.")
+      .def_ro("name", &RootEntry::name, "The entry's name under the root (not a path).")
+      .def_prop_ro("state", [](const RootEntry& e) { return EntryStateName(e.state); },
+                   "committed, rejected, temporary, replaced, only-copy, being-deleted,"
+                   " unfinished or other.")
+      .def_prop_ro("step",
+                   [](const RootEntry& e) {
+                     return e.state == EntryState::kCommitted ? e.step : std::nullopt;
+                   },
+                   "A committed checkpoint's step (None when its record has none).")
+      .def_prop_ro("commit_json",
+                   [](const RootEntry& e) -> std::optional<std::string> {
+                     if (e.state != EntryState::kCommitted) return std::nullopt;
+                     return e.commit_json;
+                   },
+                   "A committed checkpoint's _SHARDKEEP as stored.")
+      .def_prop_ro("problem", [](const RootEntry& e) { return MessageOf(e.problem); },
+                   "A rejected checkpoint: why the decoder refuses its record.")
+      .def("__repr__", [](const RootEntry& e) {
+        return "RootEntry(" + e.name + ", " + EntryStateName(e.state) + ")";
+      });
   m.def("list_checkpoints", &ListCheckpointsPy, "root"_a, "options"_a = Options(),
-        "(name, state, step, commit_json, problem) of each entry under a root.");
+        "The entries directly under a root, sorted by name.");
+  nb::class_<CollectedEntry>(m, "CollectedEntry",
+                             "What collect_leftovers did with one entry.")
+      .def_ro("name", &CollectedEntry::name)
+      .def_prop_ro("state", [](const CollectedEntry& c) { return EntryStateName(c.state); })
+      .def_prop_ro("outcome", [](const CollectedEntry& c) { return OutcomeName(c.outcome); },
+                   "removed, not-leftover (an only copy, a rejected checkpoint) or failed.")
+      .def_prop_ro("problem", [](const CollectedEntry& c) { return MessageOf(c.problem); },
+                   "failed: why; an only copy: how to recover it.");
+  m.def("collect_leftovers", &CollectLeftoversPy, "root"_a, "entries"_a,
+        "options"_a = Options(),
+        "Removes the leftovers among `entries` (list_checkpoints of `root`), never an "
+        "only copy or a checkpoint; reports what it removed and kept.");
   m.def(
       "read_commit_record",
       [](const std::string& path, const Options& options) {

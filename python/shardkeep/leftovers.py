@@ -1,8 +1,9 @@
 """Removing what saves and deletions cut short left under a root.
 
 Shared by the manager's persistent root and the local tier's slice
-folders: both list their root with the core's ``list_checkpoints``, whose
-entry states say what each folder is.
+folders. The core decides what is a leftover (``_core.collect_leftovers``,
+the policy ``shardkeep gc`` uses too, which never removes the only copy
+of a checkpoint); this module logs what it did.
 """
 
 from __future__ import annotations
@@ -15,26 +16,17 @@ from .errors import InvalidArgumentError, ShardkeepError
 
 logger = logging.getLogger("shardkeep")
 
-_OLD_SUFFIX = ".shardkeep-old"
 
-
-def collect(root: str, entries: list[tuple], committed: set[str],
-            options: options_lib.Options) -> None:
-    """Removes the stale entries of ``root`` (listed as ``entries``):
-    temporary, half-deleted and unfinished folders, and a replaced step's
-    old copy once its replacement (named in ``committed``) is committed;
-    otherwise that old copy may be the step's only one and is kept."""
-    for name, state, *_ in entries:
-        path = join(root, name)
-        if state in ("temporary", "being-deleted", "unfinished"):
-            logger.info("removing stale %s", path)
-            remove_quietly(path, options)
-        elif state == "replaced":
-            if name[:-len(_OLD_SUFFIX)] in committed:
-                logger.info("removing %s: its replacement is committed", path)
-                remove_quietly(path, options)
-            else:
-                logger.warning("%s is kept: it may be the only copy of that step", path)
+def collect(root: str, entries: list[_core.RootEntry], options: options_lib.Options) -> None:
+    """Removes the leftovers among ``entries`` (``_core.list_checkpoints(root)``)."""
+    for done in _core.collect_leftovers(root, entries, options.to_core()):
+        path = join(root, done.name)
+        if done.outcome == "removed":
+            logger.info("removed stale %s (%s)", path, done.state)
+        elif done.outcome == "failed":
+            logger.warning("could not remove %s: %s", path, done.problem)
+        elif done.state == "only-copy":
+            logger.warning("%s", done.problem)
 
 
 def remove_quietly(path: str, options: options_lib.Options) -> bool:
@@ -43,8 +35,9 @@ def remove_quietly(path: str, options: options_lib.Options) -> bool:
     try:
         _core.remove_leftover(path, options.to_core())
     except InvalidArgumentError as e:
-        # Not a leftover after all (a committed checkpoint, someone's
-        # data): the core removed nothing, and trying again would not help.
+        # Not a leftover after all (a committed checkpoint, an only copy,
+        # someone's data): the core removed nothing, and trying again would
+        # not help.
         logger.info("%s is not removed: %s", path, e)
         return True
     except ShardkeepError as e:

@@ -254,16 +254,15 @@ class LocalTier:
             q = int(match.group(1))
             steps = found.setdefault(q, {})
             entries = _core.list_checkpoints(folder, core_options)
-            leftovers.collect(folder, entries,
-                              {name for name, state, *_ in entries if state == "committed"},
-                              self._options)
-            for name, state, _, commit_json, problem in entries:
+            leftovers.collect(folder, entries, self._options)
+            for entry in entries:
+                name = entry.name
                 path = os.path.join(folder, name)
-                if state != "committed" or not _STEP_NAME.fullmatch(name):
-                    if state == "rejected":
-                        logger.warning("%s is ignored: %s", path, problem)
+                if entry.commit_json is None or not _STEP_NAME.fullmatch(name):
+                    if entry.state == "rejected":
+                        logger.warning("%s is ignored: %s", path, entry.problem)
                     continue
-                mark = (json.loads(commit_json).get("custom_metadata") or {}).get(
+                mark = (json.loads(entry.commit_json).get("custom_metadata") or {}).get(
                     "shardkeep_local") or {}
                 count = mark.get("process_count")
                 if mark.get("process") != q or not isinstance(count, int) or count <= q:

@@ -10,11 +10,13 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    step is an entry named by digits only whose ``_SHARDKEEP`` the core's
    decoder accepts (the reader's own check: format, version, fields); its
    metrics come from that record. The primary removes stale
-   ``*.shardkeep-tmp`` and ``*.shardkeep-deleting`` folders,
-   ``<step>.shardkeep-old`` when ``<step>`` itself is committed (otherwise
-   it is the only copy and stays), and on object stores the "unfinished"
-   folders: no ``_SHARDKEEP``, only ``.shardkeep-g<id>`` generations of
-   saves that never committed (or of a deletion cut short).
+   leftovers with the core's ``collect_leftovers`` (the policy of
+   ``shardkeep gc``): ``*.shardkeep-tmp`` and ``*.shardkeep-deleting``
+   folders, ``<step>.shardkeep-old`` when ``<step>`` itself is committed
+   (otherwise it is the only copy, state "only-copy", and stays), and on
+   object stores the "unfinished" folders: no ``_SHARDKEEP``, only
+   ``.shardkeep-g<id>`` generations of saves that never committed (or of
+   a deletion cut short).
 2. From then on the manager never lists the root again: its record of
    committed steps is what it found plus what it committed. Every decision
    (save or skip, what to delete) is a function of that record and of
@@ -69,7 +71,6 @@ from .save import SaveFuture, save_checkpointables_async
 logger = logging.getLogger("shardkeep")
 
 _STEP_NAME = re.compile(r"[0-9]+")
-_TMP_SUFFIX = ".shardkeep-tmp"
 # Slack on top of Options.timeout_s, which already bounds every wait of a save.
 _WAIT_SLACK_S = 60.0
 # Numbers the managers of a process; every process creates its managers in
@@ -442,22 +443,23 @@ class CheckpointManager:
         """{directory name: metrics} of the committed steps; the primary collects garbage."""
         found: dict[str, dict] = {}
         entries = _core.list_checkpoints(self._root, self._options.to_core())
-        for name, state, _, commit_json, problem in entries:
+        for entry in entries:
+            name = entry.name
             if not _STEP_NAME.fullmatch(name):
                 continue
-            if state == "rejected":
-                logger.warning("%s is ignored: %s", _join(self._root, name), problem)
+            if entry.state == "rejected":
+                logger.warning("%s is ignored: %s", _join(self._root, name), entry.problem)
                 continue
-            if state != "committed":
+            if entry.state != "committed" or entry.commit_json is None:
                 continue
             twin = next((n for n in found if int(n) == int(name)), None)
             if twin is not None:
                 logger.warning("step %d is in both %s and %s; using %s", int(name), twin, name,
                                twin)
                 continue
-            found[name] = json.loads(commit_json).get("metrics") or {}
+            found[name] = json.loads(entry.commit_json).get("metrics") or {}
         if self._primary:
-            leftovers.collect(self._root, entries, set(found), self._options)
+            leftovers.collect(self._root, entries, self._options)
         return found
 
     def _note_leftover(self, name: str) -> None:
@@ -465,7 +467,8 @@ class CheckpointManager:
         # folder holding uncommitted generations (object stores); the core
         # removes whichever exists and refuses anything else.
         with self._lock:
-            self._leftovers += [_join(self._root, name + _TMP_SUFFIX), _join(self._root, name)]
+            self._leftovers += [_join(self._root, name + _core.TEMPORARY_SUFFIX),
+                                _join(self._root, name)]
 
     def _remove_leftovers(self) -> None:
         """Removes the leftovers of failed saves (primary): before a save, in ``wait``.

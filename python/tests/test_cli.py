@@ -336,13 +336,16 @@ def test_gc_keeps_a_checkpoint_whose_record_it_cannot_read(tmp_path):
     entries = {e["name"]: e for e in run_json("ls", root)["entries"]}
     assert entries["000000001"]["state"] == "rejected" and not entries["000000001"]["leftover"]
     assert "version" in entries["000000001"]["problem"]
-    assert entries["000000003.shardkeep-old"]["state"] == "replaced"
+    # No committed 000000003 beside it: the only copy of that step.
+    assert entries["000000003.shardkeep-old"]["state"] == "only-copy"
+    assert not entries["000000003.shardkeep-old"]["leftover"]
     assert entries["000000004.shardkeep-deleting"]["state"] == "being-deleted"
     assert entries["notes"]["state"] == "other" and entries["notes"]["bytes"] is None
 
     out = run("gc", root, "--older-than", "0").stdout
-    assert "kept" in out and "rejected" in out
-    assert sorted(p.name for p in root.iterdir()) == ["000000001", "notes"]
+    assert "kept" in out and "rejected" in out and "(only-copy): NOT a leftover" in out
+    assert sorted(p.name for p in root.iterdir()) == [
+        "000000001", "000000003.shardkeep-old", "notes"]
     assert record.exists()
 
 

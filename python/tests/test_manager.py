@@ -35,7 +35,7 @@ def on_disk(root):
 
 def entries(root):
     """{name: state} under ``root`` (any backend), as the core classifies them."""
-    return {name: state for name, state, *_ in _core.list_checkpoints(str(root))}
+    return {e.name: e.state for e in _core.list_checkpoints(str(root))}
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_discovery_ignores_uncommitted_and_removes_stale_temporaries(tmp_path, c
             assert mgr.all_steps() == [1, 2]
             assert mgr.latest_step() == 2
     assert on_disk(tmp_path) == ["01", "02", "03", "06", "09.shardkeep-old", "notes"]
-    assert "09.shardkeep-old is kept" in caplog.text
+    assert "09.shardkeep-old: it holds the only copy of" in caplog.text
     assert "06 is ignored" in caplog.text
 
 

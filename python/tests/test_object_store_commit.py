@@ -33,7 +33,7 @@ def state(step):
 
 
 def entries(root):
-    return {name: state for name, state, *_ in _core.list_checkpoints(root)}
+    return {e.name: e.state for e in _core.list_checkpoints(root)}
 
 
 def data_folder(path):

@@ -136,7 +136,8 @@ def reported_step(report: str) -> int | None:
 def check_entries(trial: Trial) -> dict[int, str]:
     """Assertion 1; returns {step: name} of the committed steps."""
     committed = {}
-    for name, state, step, _, problem in _core.list_checkpoints(trial.root):
+    for entry in _core.list_checkpoints(trial.root):
+        name, state, step, problem = entry.name, entry.state, entry.step, entry.problem
         path = f"{trial.root}/{name}"
         if state == "committed":
             if not STEP_NAME.fullmatch(name) or step != int(name):
@@ -146,7 +147,7 @@ def check_entries(trial: Trial) -> dict[int, str]:
             load_and_compare(trial, path, step)
         elif state == "rejected":
             trial.fail(f"{path} has a commit record the core refuses: {problem}")
-        elif state in ("temporary", "replaced"):
+        elif state in ("temporary", "replaced", "only-copy"):
             try:
                 record = json.loads(_core.read_commit_record(path))
             except sk.ShardkeepError:
@@ -165,14 +166,14 @@ def check_with_manager(trial: Trial, committed: dict[int, str], disk_full: dict 
         latest = mgr.latest_step()
         if reported is not None and (latest is None or latest < reported):
             old = f"{trial.root}/{workload.name(reported)}.shardkeep-old"
-            states = {n: s for n, s, *_ in _core.list_checkpoints(trial.root)}
-            if states.get(os.path.basename(old)) == "replaced" and _has_step(old, reported):
+            states = {e.name: e.state for e in _core.list_checkpoints(trial.root)}
+            if states.get(os.path.basename(old)) == "only-copy" and _has_step(old, reported):
                 trial.window = True
             else:
                 trial.fail(f"latest committed step {latest} < {reported}, reported committed")
-        for name, state, *_ in _core.list_checkpoints(trial.root):
-            if state in ("temporary", "being-deleted"):
-                trial.fail(f"{name} survived the manager's garbage collection")
+        for entry in _core.list_checkpoints(trial.root):
+            if entry.state in ("temporary", "being-deleted"):
+                trial.fail(f"{entry.name} survived the manager's garbage collection")
         if latest is not None:
             for problem in workload.differences(mgr.load(latest), latest, scale=trial.scale):
                 trial.fail(f"manager load of step {latest}: {problem}")
@@ -189,8 +190,8 @@ def check_with_manager(trial: Trial, committed: dict[int, str], disk_full: dict 
             return
         for problem in workload.differences(mgr.load(following), following, scale=trial.scale):
             trial.fail(f"the next save (step {following}): {problem}")
-        leftovers = [n for n, s, *_ in _core.list_checkpoints(trial.root)
-                     if s in ("temporary", "being-deleted")]
+        leftovers = [e.name for e in _core.list_checkpoints(trial.root)
+                     if e.state in ("temporary", "being-deleted")]
         if leftovers:
             trial.fail(f"after the next save, leftovers remain: {leftovers}")
         with open(trial.report, "w") as f:  # the checker's save is now the latest

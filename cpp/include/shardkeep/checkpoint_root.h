@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,7 +33,15 @@ enum class EntryState {
   kCommitted,     // <name>/_SHARDKEEP exists and decodes
   kRejected,      // <name>/_SHARDKEEP exists but the decoder refuses it
   kTemporary,     // <name> ends in kTemporarySuffix
-  kReplaced,      // <name> ends in kReplacedSuffix
+  // <name> ends in kReplacedSuffix and <base> (<name> without the suffix)
+  // is committed: the checkpoint a forced save replaced.
+  kReplaced,
+  // <name> ends in kReplacedSuffix and <base> is not committed: a forced
+  // save that replaces by two renames (storage that cannot exchange, such
+  // as NFS) was cut short between them, so this folder holds the only copy
+  // of <base>. Not a leftover: nothing removes it. Renaming it back to
+  // <base> recovers the checkpoint.
+  kOnlyCopy,
   kBeingDeleted,  // <name> ends in kDeletingSuffix
   // Storage without atomic rename only: <name> has no _SHARDKEEP and holds
   // nothing but generation folders (.shardkeep-g<id>), the files of saves
@@ -41,9 +50,15 @@ enum class EntryState {
   kOther,         // anything else: a file, a folder without a commit record
 };
 
-// "committed", "rejected", "temporary", "replaced", "being-deleted",
-// "unfinished", "other".
+// "committed", "rejected", "temporary", "replaced", "only-copy",
+// "being-deleted", "unfinished", "other".
 const char* EntryStateName(EntryState state);
+
+// Temporary, replaced, being-deleted and unfinished entries: what failed,
+// cut-short (or running) saves and deletions leave, and RemoveLeftover
+// removes. Never a committed or rejected checkpoint, an only copy, or
+// anything else.
+bool IsLeftover(EntryState state);
 
 struct RootEntry {
   std::string name;  // the child's name under the root (not a path)
@@ -58,9 +73,10 @@ struct RootEntry {
 
 // The entries directly under `root`, sorted by name. A root that does not
 // exist holds nothing (an object store has no empty folders). Suffixed
-// names are classified by their suffix alone: a temporary folder holding a
-// complete _SHARDKEEP is still temporary. An I/O error reading any commit
-// record fails the whole listing, naming the file.
+// names are classified by their suffix (and a replaced one by whether its
+// <base> is committed), never by their content: a temporary folder holding
+// a complete _SHARDKEEP is still temporary. An I/O error reading any
+// commit record fails the whole listing, naming the file.
 Result<std::vector<RootEntry>> ListCheckpoints(Storage& storage,
                                                const std::string& root);
 
@@ -82,8 +98,57 @@ Status DeleteCheckpoint(Storage& storage, const std::string& path);
 // above, or be the folder of saves that never committed (no _SHARDKEEP,
 // nothing but generation folders, which are deleted). InvalidArgument for
 // anything else (a committed checkpoint, a folder holding other things),
-// so that a checkpoint or someone's data cannot be removed by mistake. OK
-// when it does not exist.
+// so that a checkpoint or someone's data cannot be removed by mistake, and
+// for an only copy (a <base>.shardkeep-old whose <base> is not committed),
+// saying how to recover it. OK when it does not exist.
 Status RemoveLeftover(Storage& storage, const std::string& path);
+
+struct CollectOptions {
+  // A save under way looks exactly like a leftover; what tells them apart
+  // is that a running save keeps writing. So only leftovers in which
+  // nothing was written for this long are removed. 0 removes every
+  // leftover: for callers that know no save is writing under the root
+  // (the primary of a CheckpointManager, between its own saves).
+  double min_age_s = 0;
+  // When anything below root/<name> was last written (ns since the Unix
+  // epoch), or nullopt when unknown (the Storage interface reports no
+  // times). Consulted only when min_age_s > 0; a leftover of unknown age
+  // is then kept.
+  std::function<std::optional<int64_t>(const std::string& name)> modified_ns;
+  // Decide, but remove nothing.
+  bool dry_run = false;
+};
+
+// What CollectLeftovers did with one entry.
+struct CollectedEntry {
+  enum class Outcome {
+    kRemoved,      // a leftover, removed (with dry_run: would be)
+    kNotLeftover,  // an only copy or a rejected checkpoint: never removed
+    kTooRecent,    // a leftover written less than min_age_s ago
+    kAgeUnknown,   // a leftover whose age is unknown, with min_age_s > 0
+    kFailed,       // a leftover whose removal failed (`problem` says why)
+  };
+  std::string name;
+  EntryState state = EntryState::kOther;
+  Outcome outcome = Outcome::kRemoved;
+  std::optional<double> age_s;  // when known and consulted
+  // kFailed: the removal's error. An only copy: InvalidArgument saying
+  // how to recover it (OnlyCopyAdvice).
+  Status problem;
+};
+
+// Removes the leftovers among `entries` (ListCheckpoints of `root`), with
+// RemoveLeftover, and reports every entry it removed or kept: leftovers,
+// only copies and rejected checkpoints (committed and other entries are
+// not reported). A failed removal is reported, not returned: the next
+// collection retries it. The one policy shared by `shardkeep gc`, the
+// CheckpointManager's root and the local tier's slice folders.
+std::vector<CollectedEntry> CollectLeftovers(Storage& storage, const std::string& root,
+                                             const std::vector<RootEntry>& entries,
+                                             const CollectOptions& options);
+
+// How to get back the checkpoint an only copy (`path`, ending in
+// kReplacedSuffix) holds, in words, for messages.
+std::string OnlyCopyAdvice(const std::string& path);
 
 }  // namespace shardkeep

@@ -1,6 +1,8 @@
 #include "shardkeep/checkpoint_root.h"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
 #include <string_view>
 
 #include "engine/make_visible.h"
@@ -21,7 +23,13 @@ std::string ParentOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// The state a name's suffix alone decides, if any.
+// `name` without kReplacedSuffix. REQUIRES: it ends in it.
+std::string_view BaseOfReplaced(std::string_view name) {
+  return name.substr(0, name.size() - std::string_view(kReplacedSuffix).size());
+}
+
+// The state a name's suffix alone decides, if any (a replaced name's state
+// also depends on its base, see ListCheckpoints).
 std::optional<EntryState> StateOfSuffix(std::string_view name) {
   if (name.ends_with(kTemporarySuffix)) return EntryState::kTemporary;
   if (name.ends_with(kReplacedSuffix)) return EntryState::kReplaced;
@@ -80,11 +88,31 @@ const char* EntryStateName(EntryState state) {
     case EntryState::kRejected: return "rejected";
     case EntryState::kTemporary: return "temporary";
     case EntryState::kReplaced: return "replaced";
+    case EntryState::kOnlyCopy: return "only-copy";
     case EntryState::kBeingDeleted: return "being-deleted";
     case EntryState::kUnfinished: return "unfinished";
     case EntryState::kOther: return "other";
   }
   return "other";
+}
+
+bool IsLeftover(EntryState state) {
+  switch (state) {
+    case EntryState::kTemporary:
+    case EntryState::kReplaced:
+    case EntryState::kBeingDeleted:
+    case EntryState::kUnfinished:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string OnlyCopyAdvice(const std::string& path) {
+  const std::string base(BaseOfReplaced(path));
+  return "it holds the only copy of " + base + " (a forced save that replaces by two "
+         "renames was cut short between them, and " + base + " holds no committed "
+         "checkpoint); rename " + path + " back to " + base + " to recover it";
 }
 
 Result<std::vector<RootEntry>> ListCheckpoints(Storage& storage,
@@ -106,6 +134,18 @@ Result<std::vector<RootEntry>> ListCheckpoints(Storage& storage,
                              .WithContext("listing checkpoints under " + root));
     }
     entries.push_back(std::move(entry));
+  }
+  // A replaced folder whose base is not committed is all that is left of
+  // that checkpoint.
+  std::set<std::string_view> committed;
+  for (const RootEntry& entry : entries) {
+    if (entry.state == EntryState::kCommitted) committed.insert(entry.name);
+  }
+  for (RootEntry& entry : entries) {
+    if (entry.state == EntryState::kReplaced &&
+        !committed.contains(BaseOfReplaced(entry.name))) {
+      entry.state = EntryState::kOnlyCopy;
+    }
   }
   return entries;
 }
@@ -143,6 +183,18 @@ Status DeleteCheckpoint(Storage& storage, const std::string& path) {
 
 Status RemoveLeftover(Storage& storage, const std::string& path) {
   const std::string context = "removing leftover " + path;
+  if (std::string_view(path).ends_with(kReplacedSuffix)) {
+    const std::string base(BaseOfReplaced(path));
+    Result<std::string> replacement = ReadCommitRecord(storage, base);
+    const StatusCode code = replacement.status().code();
+    if (code == StatusCode::kNotFound || code == StatusCode::kCorruption ||
+        code == StatusCode::kIncompatible) {
+      SK_ASSIGN_OR_RETURN(const bool exists, storage.Exists(path));
+      if (!exists) return Status::Ok();
+      return InvalidArgumentError(context + ": " + OnlyCopyAdvice(path));
+    }
+    SK_RETURN_IF_ERROR(replacement.status().WithContext(context));
+  }
   if (StateOfSuffix(path)) {
     return internal::DiscardFolder(storage, path).WithContext(context);
   }
@@ -176,6 +228,52 @@ Status RemoveLeftover(Storage& storage, const std::string& path) {
     SK_RETURN_IF_ERROR(left.status().WithContext(context));
   }
   return Status::Ok();
+}
+
+std::vector<CollectedEntry> CollectLeftovers(Storage& storage, const std::string& root,
+                                             const std::vector<RootEntry>& entries,
+                                             const CollectOptions& options) {
+  using Outcome = CollectedEntry::Outcome;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  std::vector<CollectedEntry> report;
+  for (const RootEntry& entry : entries) {
+    const bool leftover = IsLeftover(entry.state);
+    if (!leftover && entry.state != EntryState::kOnlyCopy &&
+        entry.state != EntryState::kRejected) {
+      continue;
+    }
+    CollectedEntry& done = report.emplace_back();
+    done.name = entry.name;
+    done.state = entry.state;
+    if (!leftover) {
+      done.outcome = Outcome::kNotLeftover;
+      if (entry.state == EntryState::kOnlyCopy) {
+        const std::string path = Join(root, entry.name);
+        done.problem =
+            InvalidArgumentError("kept " + path + ": " + OnlyCopyAdvice(path));
+      }
+      continue;
+    }
+    if (options.min_age_s > 0) {
+      const std::optional<int64_t> modified =
+          options.modified_ns ? options.modified_ns(entry.name) : std::nullopt;
+      if (!modified) {
+        done.outcome = Outcome::kAgeUnknown;
+        continue;
+      }
+      done.age_s = static_cast<double>(now_ns - *modified) / 1e9;
+      if (*done.age_s < options.min_age_s) {
+        done.outcome = Outcome::kTooRecent;
+        continue;
+      }
+    }
+    if (options.dry_run) continue;
+    done.problem = RemoveLeftover(storage, Join(root, entry.name));
+    if (!done.problem.ok()) done.outcome = Outcome::kFailed;
+  }
+  return report;
 }
 
 }  // namespace shardkeep

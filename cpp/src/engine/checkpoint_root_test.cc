@@ -1,5 +1,7 @@
 #include "shardkeep/checkpoint_root.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "format/commit_record.h"
+#include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
+#include "testing/payloads.h"
 #include "testing/status_matchers.h"
 #include "testing/storage_conformance.h"
 
@@ -58,6 +62,10 @@ TEST_P(CheckpointRootTest, ClassifiesEveryEntry) {
   Commit("0004.shardkeep-tmp", Record(4));  // complete, but never renamed
   SK_ASSERT_OK(storage_->CreateDir(root_ + "/0005.shardkeep-deleting"));
   SK_ASSERT_OK(storage_->CreateDir(root_ + "/0001.shardkeep-old"));
+  // Forced replacements cut short between their renames: nothing, or no
+  // checkpoint this build reads, at the base.
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0002.shardkeep-old"));
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0007.shardkeep-old"));
   SK_ASSERT_OK(storage_->CreateDir(root_ + "/0006/state"));  // being copied in
   SK_ASSERT_OK(storage_->WriteAll(root_ + "/notes", "a file", false));
 
@@ -69,16 +77,22 @@ TEST_P(CheckpointRootTest, ClassifiesEveryEntry) {
   }
   EXPECT_EQ(seen, (std::vector<std::string>{
                       "0001:committed", "0001.shardkeep-old:replaced",
-                      "0002:rejected", "0003:rejected",
-                      "0004.shardkeep-tmp:temporary",
+                      "0002:rejected", "0002.shardkeep-old:only-copy",
+                      "0003:rejected", "0004.shardkeep-tmp:temporary",
                       "0005.shardkeep-deleting:being-deleted", "0006:other",
-                      "notes:other"}));
+                      "0007.shardkeep-old:only-copy", "notes:other"}));
   EXPECT_EQ(entries[0].step, 1);
   EXPECT_EQ(entries[0].commit_json, Record(1));
   EXPECT_EQ(entries[2].problem.code(), StatusCode::kIncompatible);
   EXPECT_NE(entries[2].problem.message().find("0002/_SHARDKEEP"), std::string::npos)
       << entries[2].problem.message();
-  EXPECT_EQ(entries[3].problem.code(), StatusCode::kCorruption);
+  EXPECT_EQ(entries[4].problem.code(), StatusCode::kCorruption);
+  for (const RootEntry& e : entries) {
+    EXPECT_EQ(IsLeftover(e.state),
+              e.state == EntryState::kReplaced || e.state == EntryState::kTemporary ||
+                  e.state == EntryState::kBeingDeleted)
+        << e.name;
+  }
 }
 
 TEST_P(CheckpointRootTest, AMissingRootHoldsNothing) {
@@ -122,6 +136,83 @@ TEST_P(CheckpointRootTest, RemoveLeftoverOnlyRemovesLeftovers) {
   const Status refused = RemoveLeftover(*storage_, root_ + "/0001");
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Exists("0001"));
+}
+
+TEST_P(CheckpointRootTest, RemoveLeftoverRefusesAnOnlyCopy) {
+  Commit("0002.shardkeep-old", Record(2));
+  const Status refused = RemoveLeftover(*storage_, root_ + "/0002.shardkeep-old");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("only copy of " + root_ + "/0002"), std::string::npos)
+      << refused.ToString();
+  EXPECT_NE(refused.message().find("rename " + root_ + "/0002.shardkeep-old back to " +
+                                   root_ + "/0002"),
+            std::string::npos)
+      << refused.ToString();
+  EXPECT_TRUE(Exists("0002.shardkeep-old/_SHARDKEEP"));
+  // Once its replacement is committed, it is a leftover like any other.
+  Commit("0002", Record(2));
+  SK_ASSERT_OK(RemoveLeftover(*storage_, root_ + "/0002.shardkeep-old"));
+  EXPECT_FALSE(Exists("0002.shardkeep-old"));
+}
+
+TEST_P(CheckpointRootTest, CollectLeftoversRemovesLeftoversOnly) {
+  Commit("0001", Record(1));
+  Commit("0001.shardkeep-old", Record(1));
+  Commit("0002.shardkeep-old", Record(2));  // only copy
+  Commit("0003", Record(3, format::kFormatVersion + 1));
+  Commit("0004.shardkeep-tmp", Record(4));
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/0005.shardkeep-deleting"));
+  SK_ASSERT_OK(storage_->CreateDir(root_ + "/notes"));
+  using Outcome = CollectedEntry::Outcome;
+  auto collect = [&](const CollectOptions& options) {
+    Result<std::vector<RootEntry>> entries = ListCheckpoints(*storage_, root_);
+    EXPECT_TRUE(entries.ok()) << entries.status().ToString();
+    std::vector<std::string> report;
+    for (const CollectedEntry& c : CollectLeftovers(*storage_, root_, *entries, options)) {
+      report.push_back(c.name + ":" + std::to_string(static_cast<int>(c.outcome)));
+    }
+    return report;
+  };
+  auto line = [](const std::string& name, Outcome outcome) {
+    return name + ":" + std::to_string(static_cast<int>(outcome));
+  };
+
+  // An hour's minimum age: ages come from the caller, unknown ones keep.
+  CollectOptions aged;
+  aged.min_age_s = 3600;
+  aged.modified_ns = [](const std::string& name) -> std::optional<int64_t> {
+    if (name == "0004.shardkeep-tmp") return std::nullopt;
+    if (name == "0001.shardkeep-old") return 0;  // 1970: old enough
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  aged.dry_run = true;
+  const std::vector<std::string> expected_aged = {
+      line("0001.shardkeep-old", Outcome::kRemoved),
+      line("0002.shardkeep-old", Outcome::kNotLeftover),
+      line("0003", Outcome::kNotLeftover),
+      line("0004.shardkeep-tmp", Outcome::kAgeUnknown),
+      line("0005.shardkeep-deleting", Outcome::kTooRecent)};
+  EXPECT_EQ(collect(aged), expected_aged);
+  EXPECT_TRUE(Exists("0001.shardkeep-old"));  // a dry run
+  aged.dry_run = false;
+  EXPECT_EQ(collect(aged), expected_aged);
+  EXPECT_FALSE(Exists("0001.shardkeep-old"));
+  EXPECT_TRUE(Exists("0004.shardkeep-tmp"));
+
+  // No minimum age: every leftover goes, never a checkpoint or an only copy.
+  EXPECT_EQ(collect(CollectOptions()),
+            (std::vector<std::string>{line("0002.shardkeep-old", Outcome::kNotLeftover),
+                                      line("0003", Outcome::kNotLeftover),
+                                      line("0004.shardkeep-tmp", Outcome::kRemoved),
+                                      line("0005.shardkeep-deleting", Outcome::kRemoved)}));
+  EXPECT_TRUE(Exists("0001/_SHARDKEEP"));
+  EXPECT_TRUE(Exists("0002.shardkeep-old/_SHARDKEEP"));
+  EXPECT_TRUE(Exists("0003/_SHARDKEEP"));
+  EXPECT_TRUE(Exists("notes"));
+  EXPECT_FALSE(Exists("0004.shardkeep-tmp"));
+  EXPECT_FALSE(Exists("0005.shardkeep-deleting"));
 }
 
 // A folder holding only generation folders is removed whole: not left
@@ -237,6 +328,69 @@ TEST_F(ObjectStoreRootTest, DeleteRemovesTheRecordFirst) {
   EXPECT_EQ(States(), std::vector<std::string>{"0002:unfinished"});
   SK_ASSERT_OK(RemoveLeftover(*storage_, Path("0002")));
   EXPECT_EQ(States(), std::vector<std::string>{});
+}
+
+// A forced save on a file system that cannot exchange (NFS) replaces by
+// two renames; killed between them, the previous checkpoint's only copy is
+// <path>.shardkeep-old. Nothing may delete it, and renamed back it loads.
+TEST(OnlyCopyTest, AForcedSaveKilledBetweenItsRenamesKeepsItsOnlyCopy) {
+  const std::string root = MakeTempDir();
+  const std::string path = root + "/ckpt";
+  auto storage = std::make_shared<FaultInjectionStorage>(NewFileStorage());
+  storage->OverrideFeatures({.atomic_rename = true, .durable_sync = true});
+  constexpr uint64_t kSide = 4;
+  auto save = [&](float version) {
+    std::vector<float> values(kSide * kSide, version);
+    SaveRequest request;
+    request.path = path;
+    request.force = true;
+    CheckpointablePayload part =
+        testdata::PytreePayload("state", {{"w", "float32", {kSide, kSide}}});
+    part.shards.push_back({0, DType::kFloat32, Box{{0, 0}, {kSide, kSide}},
+                           reinterpret_cast<const uint8_t*>(values.data())});
+    request.parts.push_back(std::move(part));
+    return Save(storage, NewSingleProcessCoordinator(), std::move(request), Options());
+  };
+  SK_ASSERT_OK(save(1));
+  // The kill: every call after the first rename (<path> to <path>.shardkeep-old).
+  std::atomic<bool> killed{false};
+  storage->FailOn([&](std::string_view op, const std::string& from) {
+    if (killed) return StorageError("killed before " + std::string(op) + " " + from);
+    if (op == "Rename" && from == path) killed = true;
+    return Status::Ok();
+  });
+  EXPECT_FALSE(save(2).ok());
+  ASSERT_TRUE(killed);
+  storage->FailOn(nullptr);
+
+  SK_ASSERT_OK_AND_ASSIGN(std::vector<RootEntry> entries, ListCheckpoints(*storage, root));
+  std::vector<std::string> seen;
+  for (const RootEntry& e : entries) seen.push_back(e.name + ":" + EntryStateName(e.state));
+  EXPECT_EQ(seen, (std::vector<std::string>{"ckpt.shardkeep-old:only-copy",
+                                            "ckpt.shardkeep-tmp:temporary"}));
+  EXPECT_FALSE(IsLeftover(EntryState::kOnlyCopy));
+
+  // Collected with no minimum age (the manager's, `gc --older-than 0`).
+  const std::vector<CollectedEntry> collected =
+      CollectLeftovers(*storage, root, entries, CollectOptions());
+  ASSERT_EQ(collected.size(), 2u);
+  EXPECT_EQ(collected[0].outcome, CollectedEntry::Outcome::kNotLeftover);
+  EXPECT_NE(collected[0].problem.message().find("rename " + path + ".shardkeep-old back to"),
+            std::string::npos)
+      << collected[0].problem.ToString();
+  EXPECT_EQ(collected[1].outcome, CollectedEntry::Outcome::kRemoved);
+  EXPECT_EQ(RemoveLeftover(*storage, path + ".shardkeep-old").code(),
+            StatusCode::kInvalidArgument);
+
+  SK_ASSERT_OK(storage->Rename(path + ".shardkeep-old", path));
+  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CheckpointReader> reader,
+                          CheckpointReader::Open(storage, path));
+  std::vector<float> values(kSide * kSide);
+  SK_ASSERT_OK(reader->Read("state", {{0, DType::kFloat32, Box{{0, 0}, {kSide, kSide}},
+                                       reinterpret_cast<uint8_t*>(values.data())}},
+                            Options()));
+  EXPECT_EQ(values, std::vector<float>(kSide * kSide, 1.f));
+  SK_EXPECT_OK(storage->DeleteRecursive(root));
 }
 
 INSTANTIATE_TEST_SUITE_P(
