@@ -246,9 +246,9 @@ class LocalTier:
         core_options = self._options.to_core()
         if not os.path.isdir(self.root):  # wiped while this manager runs
             return found
-        for entry in sorted(os.listdir(self.root)):
-            match = _FOLDER.fullmatch(entry)
-            folder = os.path.join(self.root, entry)
+        for folder_name in sorted(os.listdir(self.root)):
+            match = _FOLDER.fullmatch(folder_name)
+            folder = os.path.join(self.root, folder_name)
             if match is None or not os.path.isdir(folder):
                 continue
             q = int(match.group(1))
