@@ -85,6 +85,7 @@ def _count_reads(source_class) -> list:
 # "replica" axis spans the processes, so that every box is held by several.
 BROADCAST_SHAPES = {"w": (64, 32), "big": (1024, 1024), "b": (32,)}
 KEY_COUNT = 8
+_BROADCAST = sk.Options(broadcast_load=True, allow_lossy_cast=True)  # "b" loads as bfloat16
 
 
 def broadcast_values() -> dict[str, np.ndarray]:
@@ -141,7 +142,7 @@ def broadcast_orbax(path: str) -> dict:
     checks every shard and reports the boxes this process read."""
     reads = _count_reads(orbax_reader.OrbaxSource)
     target = _broadcast_target(_replica_mesh(), with_keys=True)
-    loaded = sk.load_orbax(path, target, options=sk.Options(broadcast_load=True))
+    loaded = sk.load_orbax(path, target, options=_BROADCAST)
     return _check_broadcast_load(loaded, target, reads)
 
 
@@ -152,5 +153,5 @@ def broadcast_dcp(path: str) -> dict:
     reads = _count_reads(dcp_reader.DcpSource)
     target = _broadcast_target(_replica_mesh(), with_keys=False)
     loaded = sk.load_dcp(path, target, allow_pickle=True,
-                         options=sk.Options(broadcast_load=True))
+                         options=_BROADCAST)
     return _check_broadcast_load(loaded, target, reads)
