@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from . import _core, checkpointables, load_executor
 from . import options as options_lib
-from .errors import InvalidArgumentError, NotFoundError
+from .errors import InvalidArgumentError, NotFoundError, ShardkeepError
 from .gc_pause import gc_paused
 from .interop import formats
 from .load_source import CoreSource
@@ -62,7 +62,7 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     map_files = options.map_files and ("://" not in path or path.startswith("file://"))
     try:
         reader = _core.Reader(path, core_options)
-    except NotFoundError as e:
+    except ShardkeepError as e:  # NotFound for a folder, a storage error for a file
         hint = formats.reader_hint(path)
         if hint is None:
             raise

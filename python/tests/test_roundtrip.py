@@ -211,3 +211,13 @@ def test_loaded_shards_own_distinct_memory(ckpt):
     pointers = {s.data.unsafe_buffer_pointer() for s in loaded.addressable_shards}
     assert len(pointers) == 8 and all(p % 64 == 0 for p in pointers)
     np.testing.assert_array_equal(np.asarray(loaded), np.arange(64 * 1024, dtype=np.float32))
+
+
+def test_a_saved_none_needs_no_target_leaf(tmp_path):
+    """Pytree libraries flatten empty nodes (optax's EmptyState) to no leaf,
+    and a None holds nothing: a target may leave it out."""
+    ckpt = str(tmp_path / "ckpt")
+    sk.save(ckpt, {"w": np.arange(3, dtype=np.int32), "empty": None})
+    loaded = sk.load(ckpt, {"w": np.zeros(3, np.int32)})
+    assert list(loaded) == ["w"]
+    np.testing.assert_array_equal(loaded["w"], np.arange(3, dtype=np.int32))
