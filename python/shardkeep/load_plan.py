@@ -284,7 +284,7 @@ def target_sharding(where: str, path: str, target) -> jax.sharding.Sharding:
         # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
         # where JAX puts new arrays.
         return _default_sharding()
-    if shardings.is_abstract(sharding):
+    if isinstance(sharding, jax.sharding.NamedSharding) and shardings.is_abstract(sharding):
         concrete = shardings.on_current_mesh(sharding)
         if concrete is None:
             raise InvalidArgumentError(

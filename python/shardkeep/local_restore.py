@@ -185,9 +185,9 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
         {h: [local_slices.json_bytes(keys)] for h, keys in wanted.items()},
         timeout_s=tier.timeout_s)
     replies = {}
-    for asker, (request,) in asked.items():
+    for asker, (asking,) in asked.items():
         keys = [(n, q, k, tuple(o), tuple(s), d) for n, q, k, o, s, d in
-                json.loads(request.tobytes())]
+                json.loads(asking.tobytes())]
         served = _read_pieces(tier, decision, keys, core_options)
         replies[asker] = [dtypes.as_bytes(served[key]) for key in keys]
     answers = exchange.exchange_bytes(replies, timeout_s=tier.timeout_s)

@@ -30,7 +30,7 @@ def structure(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> dict:
     """The meta.json "tree" (``tree_codec``'s structure) of nested dicts and
     lists holding leaf number i at entry i's keys; an entry whose value is
     EMPTY_DICT / EMPTY_LIST is an empty container and takes no number.
-    Raises as ``nest`` does."""
+    Raises as ``_nest`` does."""
     numbered, count = [], 0
     for keys, value in entries:
         if value is EMPTY_DICT or value is EMPTY_LIST:
@@ -38,7 +38,7 @@ def structure(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> dict:
         else:
             numbered.append((keys, _LeafNumber(count)))
             count += 1
-    return _encode(nest(where, numbered))
+    return _encode(_nest(where, numbered))
 
 
 class _LeafNumber:
@@ -56,7 +56,7 @@ def _encode(node: Any) -> dict:
     return {"type": "dict", "keys": list(node), "children": [_encode(c) for c in node.values()]}
 
 
-def nest(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> Any:
+def _nest(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> Any:
     """The tree holding each entry's value at its keys.
 
     Dict keys keep the order of their first entry; list positions must run
