@@ -24,7 +24,7 @@ from .errors import IncompatibleError, InvalidArgumentError
 _MAX_LISTED = 20
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Slot:
     """One box of one leaf that this process needs, in the dtype wanted.
 
@@ -58,7 +58,7 @@ class Finish(enum.Enum):
     SHARDED = "sharded"      # a jax.Array assembled from the slots' device arrays
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class LeafPlan:
     """One target leaf: the boxes it needs and how its value is finished.
 
