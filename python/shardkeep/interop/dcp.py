@@ -24,6 +24,7 @@ load (``load_executor``): matching, casts, errors and load-and-broadcast.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -107,41 +108,39 @@ class DcpSource(Source):
         with quiet():
             values = self._python_values([fqn for fqn, item in items.items()
                                           if not hasattr(item, "size")])
-        self._keys_read: list[tuple] = []  # per leaf: (fqn, where, torch dtype)
+        self._leaf_keys: list[tuple] = []  # per leaf: (fqn, where, torch dtype)
         entries = [(self._keys(fqn), self._describe(fqn, item, values))
                    for fqn, item in items.items()]
-        self._meta: dict[str, Any] = {"tree": structure(self.where, [(keys, None) for keys, _ in entries]),
-                      "leaves": [leaf for _, leaf in entries]}
+        tree = structure(self.where, [(keys, None) for keys, _ in entries])
+        self._meta: dict[str, Any] = {"tree": tree, "leaves": [leaf for _, leaf in entries]}
 
     def meta(self) -> dict:
         return self._meta
 
     def read(self, requests: list[tuple]) -> None:
         """Reads each key that requests name once, whole, then copies
-        (casting by the core's rules) every requested box out of it."""
+        (casting by the core's rules) every requested box out of it. At
+        most one key per thread is read ahead of the copies, so memory
+        holds that many keys, not all of them."""
         by_leaf: dict[int, list[tuple]] = {}
         for request in requests:
             number, dtype_name = request[0], request[1]
-            fqn, where, _ = self._keys_read[number]
             _core.check_cast(self._meta["leaves"][number]["dtype"], dtype_name,
-                             self._allow_lossy, where)
+                             self._allow_lossy, self._leaf_keys[number][1])
             by_leaf.setdefault(number, []).append(request)
+        reading: collections.deque = collections.deque()
         with concurrent.futures.ThreadPoolExecutor(
                 self._threads, thread_name_prefix="shardkeep-dcp") as pool, quiet():
-            wholes = {number: pool.submit(self._read_whole, number) for number in by_leaf}
             for number, leaf_requests in by_leaf.items():
-                whole = wholes[number].result()
-                for _, dtype_name, origin, shape, dst in leaf_requests:
-                    box = whole[tuple(slice(o, o + n) for o, n in zip(origin, shape))]
-                    if dtype_name == whole.dtype.name:
-                        np.copyto(dst.view(whole.dtype).reshape(shape), box)
-                    else:
-                        _core.cast(dtypes.as_bytes(np.ascontiguousarray(box)),
-                                   whole.dtype.name, dst, dtype_name)
+                reading.append((pool.submit(self._read_whole, number), leaf_requests))
+                if len(reading) >= self._threads:
+                    _copy_boxes(*reading.popleft())
+            while reading:
+                _copy_boxes(*reading.popleft())
 
     def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
         """A key is read whole: every box of it reads all of it."""
-        return [[(self._keys_read[request[0]][0], 0, 1)] for request in requests]
+        return [[(self._leaf_keys[request[0]][0], 0, 1)] for request in requests]
 
     def read_whole(self, number: int) -> np.ndarray:
         """Leaf ``number`` as stored (for conversion, which slices it; it
@@ -170,7 +169,7 @@ class DcpSource(Source):
         """The meta.json description of key ``fqn``."""
         path = key_path(self._keys(fqn))
         where = f"{self.where}: key {fqn!r} (leaf {path!r})"
-        self._keys_read.append((fqn, where, getattr(getattr(item, "properties", None),
+        self._leaf_keys.append((fqn, where, getattr(getattr(item, "properties", None),
                                                     "dtype", None)))
         if fqn in values:
             value = values[fqn]
@@ -203,7 +202,7 @@ class DcpSource(Source):
         return [(str(k), isinstance(k, int)) for k in original]
 
     def _read_whole(self, number: int) -> np.ndarray:
-        fqn, where, torch_dtype = self._keys_read[number]
+        fqn, where, torch_dtype = self._leaf_keys[number]
         leaf = self._meta["leaves"][number]
         dtype = dtypes.from_name(leaf["dtype"])
         array = np.empty(leaf["shape"], dtype)
@@ -231,6 +230,18 @@ class DcpSource(Source):
             raise CorruptionError(f"{where}: reading it from {', '.join(files)} failed:"
                                   f" {_first_line(cause)}") from e
         return state_dict
+
+
+def _copy_boxes(whole_read: concurrent.futures.Future, requests: list[tuple]) -> None:
+    """Copies each request's box out of the whole key being read."""
+    whole = whole_read.result()
+    for _, dtype_name, origin, shape, dst in requests:
+        box = whole[tuple(slice(o, o + n) for o, n in zip(origin, shape))]
+        if dtype_name == dtypes.name_of(whole.dtype):
+            np.copyto(dst.view(whole.dtype).reshape(shape), box)
+        else:
+            _core.cast(dtypes.as_bytes(np.ascontiguousarray(box)), dtypes.name_of(whole.dtype),
+                       dst, dtype_name)
 
 
 @contextlib.contextmanager
