@@ -27,6 +27,7 @@
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
 #include "format/commit_record.h"
+#include "engine/copy.h"
 #include "meta_objects.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
@@ -789,6 +790,36 @@ NB_MODULE(_core, m) {
   m.def("local_file_path", &LocalFilePath, "url"_a,
         "The file-system path a URL names when it names the file backend (a plain path"
         " or file://), else None (s3://, memory://, unknown schemes).");
+  m.def(
+      "check_cast",
+      [](const std::string& from, const std::string& to, bool allow_lossy,
+         const std::string& where) {
+        ThrowIfError(internal::CheckCast(DTypeOrRaise(from), DTypeOrRaise(to), allow_lossy)
+                         .WithContext(where));
+      },
+      "from_dtype"_a, "to_dtype"_a, "allow_lossy"_a, "where"_a,
+      "Raises IncompatibleError, prefixed with `where`, unless a load may cast"
+      " from_dtype to to_dtype: the reader's own rule, for sources read in Python.");
+  m.def(
+      "cast",
+      [](InputBytes src, const std::string& from, OutputBytes dst, const std::string& to) {
+        const DType from_dtype = DTypeOrRaise(from), to_dtype = DTypeOrRaise(to);
+        const uint64_t count = src.size() / DTypeSize(from_dtype);
+        if (src.size() % DTypeSize(from_dtype) != 0 ||
+            dst.size() != count * DTypeSize(to_dtype)) {
+          Raise(InvalidArgumentError("cast of " + std::to_string(src.size()) + " bytes of " +
+                                     from + " into " + std::to_string(dst.size()) +
+                                     " bytes of " + to + ": the sizes do not match"));
+        }
+        ThrowIfError(internal::CheckCast(from_dtype, to_dtype, /*allow_lossy=*/true));
+        WithoutGil([&] {
+          internal::CastElements(src.data(), from_dtype, dst.data(), to_dtype, count);
+          return 0;
+        });
+      },
+      "src"_a, "from_dtype"_a, "dst"_a, "to_dtype"_a,
+      "Converts the elements of src into dst (flat uint8 views) with the reader's casts"
+      " (rounding to nearest even, wrapping integers); check_cast first.");
   m.def("encode_meta",
         [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
         "meta.json's text for a meta dict, checked and written by the core.");

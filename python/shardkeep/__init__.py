@@ -11,7 +11,7 @@ from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionErro
                      IncompatibleError, InvalidArgumentError, NotFoundError,
                      OutOfSpaceError, ShardkeepError, StorageError, TimeoutError)
 from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
-from .interop import convert, load_orbax
+from .interop import convert, load_dcp, load_orbax
 from .load import load, load_checkpointables
 from .manager import CheckpointManager
 from .options import Options
@@ -26,7 +26,8 @@ __all__ = [
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
-    "convert", "load", "load_checkpointables", "load_orbax", "load_safetensors", "metadata",
+    "convert", "load", "load_checkpointables", "load_dcp", "load_orbax", "load_safetensors",
+    "metadata",
     "register_kind", "release_staging_memory",
     "save", "save_async",
     "save_checkpointables", "save_checkpointables_async",

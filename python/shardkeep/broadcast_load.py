@@ -20,9 +20,9 @@ read in place and sent as it is), so that a large leaf every process
 holds whole (pure data parallelism) is read by all of them, a share each.
 That is also how a replica-parallel save splits the box among the
 processes holding it, so a load onto the layout it was saved from reads
-each stored chunk whole, in one piece. The reader fetches and verifies
-whole stored chunks, so a cut must not put one chunk in two pieces
-(``Reader.ranges`` tells, from the index alone): when one piece per
+each stored chunk whole, in one piece. A source fetches (and the core
+verifies) whole stored chunks, so a cut must not put one chunk in two
+pieces (the source's ``ranges`` tells, from the index alone): when one piece per
 holder would, halving the number of pieces is tried, down to the whole
 box. Smaller boxes are one piece each.
 
@@ -30,7 +30,7 @@ Readers are chosen to spread the reads by bytes: boxes held by one process
 are its own reads; then the shared boxes, those with the fewest holders
 first and the largest pieces first among them, give their pieces to the
 holders with the fewest bytes so far, one each (ties to the lowest process
-index). The reader casts on read,
+index). The source casts on read,
 so the bytes sent are in the target's dtype and receivers place them as
 they are: the result is bit-identical to every process reading.
 """
@@ -82,7 +82,7 @@ class _Box:
                 (stop - start,) + self.shape[1:])
 
     def request(self, rows: tuple[int, int]) -> tuple:
-        """A Reader.ranges request for the box's rows ``rows``."""
+        """A ranges request (no buffer) for the box's rows ``rows``."""
         origin, shape = self.part(rows)
         return (self.number, dtypes.name_of(self.dtype), list(origin), list(shape), None)
 
@@ -145,14 +145,14 @@ class Plan:
             elif box.nbytes:  # an empty box costs nothing to read: every holder reads it
                 self._boxes.append(box)
 
-    def choose_readers(self, reader, name: str, core_options) -> None:
+    def choose_readers(self, source) -> None:
         """Cuts the large boxes into pieces where their stored chunks allow
-        (asking ``reader`` for the ranges of checkpointable ``name``), then
-        gives every piece a reader."""
+        (asking ``source``, a ``load_source.Source``, for the ranges their
+        reads fetch), then gives every piece a reader."""
         tries = [_cuts_to_try(box) for box in self._boxes]
         requests = [box.request(rows) for box, counts in zip(self._boxes, tries)
                     for n in counts for rows in box.cut(n)]
-        fetched = iter(reader.ranges(name, requests, core_options) if requests else [])
+        fetched = iter(source.ranges(requests) if requests else [])
         parts = []
         for counts in tries:
             fits = [n for n in counts if not _overlap([next(fetched) for _ in range(n)])]
@@ -275,7 +275,7 @@ def _cuts_to_try(box: _Box) -> list[int]:
 
 def _overlap(pieces_ranges: list[list[tuple]]) -> bool:
     """Whether any stored byte would be fetched for two of the pieces
-    (each piece: its (file, offset, length) ranges)."""
+    (each piece: its (file, start, stop) spans)."""
     spans = sorted(span for ranges in pieces_ranges for span in _merged(ranges))
     end: dict[str, int] = {}
     for file, start, stop in spans:
@@ -290,9 +290,9 @@ def _overlap(pieces_ranges: list[list[tuple]]) -> bool:
 def _merged(ranges: list[tuple]) -> list[tuple]:
     """(file, start, stop) spans covering ``ranges``, disjoint."""
     spans: list[list] = []
-    for file, offset, length in sorted(ranges):
-        if spans and spans[-1][0] == file and offset <= spans[-1][2]:
-            spans[-1][2] = max(spans[-1][2], offset + length)
+    for file, start, stop in sorted(ranges):
+        if spans and spans[-1][0] == file and start <= spans[-1][2]:
+            spans[-1][2] = max(spans[-1][2], stop)
         else:
-            spans.append([file, offset, offset + length])
+            spans.append([file, start, stop])
     return [tuple(span) for span in spans]

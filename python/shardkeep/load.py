@@ -6,10 +6,12 @@ import json
 import os
 from typing import Any, Mapping
 
-from . import _core, checkpointables, restore
+from . import _core, checkpointables, load_executor
 from . import options as options_lib
-from .errors import InvalidArgumentError, NotFoundError
+from .errors import InvalidArgumentError, NotFoundError, ShardkeepError
 from .gc_pause import gc_paused
+from .interop import formats
+from .load_source import CoreSource
 
 
 def load(path, target: Any = None, *, partial: bool = False,
@@ -58,7 +60,13 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     core_options = options.to_core()
     # Only the file backend's paths are files that can be mapped.
     map_files = options.map_files and _core.local_file_path(path) is not None
-    reader = _core.Reader(path, core_options)
+    try:
+        reader = _core.Reader(path, core_options)
+    except ShardkeepError as e:  # NotFound for a folder, a storage error for a file
+        hint = formats.reader_hint(path)
+        if hint is None:
+            raise
+        raise NotFoundError(hint) from e
     available = json.loads(reader.commit_json())["checkpointables"]
     if targets is None:
         targets = {name: None for name in available}
@@ -81,10 +89,10 @@ def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: boo
     where = f"{path}/{name}"
     meta = reader.meta(name)
     if kind == "pytree":
+        source = CoreSource(reader, name, where, core_options, map_files=map_files, meta=meta)
         with gc_paused():
-            value = restore.restore_pytree(reader, where, name, meta, target, partial=partial,
-                                           core_options=core_options, map_files=map_files,
-                                           broadcast=broadcast)
+            value = load_executor.load(source, target, partial=partial, broadcast=broadcast,
+                                       timeout_s=core_options.timeout_s)
     elif target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
     elif kind == "json":

@@ -7,16 +7,17 @@ Collective: every process of the job calls ``load`` with the same decision
    ``shardkeep-local-slice`` record to the processes that lack the slice;
    the lowest holder of any slice sends the json and bytes values to the
    processes that hold none.
-2. Plan: ``restore.restore_pytree`` itself plans the load (the boxes this
-   process needs, per leaf, in the target's dtype), stopped at its read;
-   each box is cut into the stored boxes it overlaps.
+2. Plan: ``load_plan.plan`` plans the load (the boxes this process
+   needs, per leaf, in the target's dtype); each box is cut into the
+   stored boxes it overlaps.
 3. Fetch: pieces of slices held here are read from the local slice
    checkpoints (the core checks their checksums and casts); the others are
    asked of the slice's server, which reads them the same way and
    sends the bytes back. Only the bytes the target needs travel.
-4. Build: ``restore_pytree`` runs again with a reader that copies the
-   pieces into its buffers, so values, shardings, casts, PRNG keys and
-   partial loads are exactly those of ``shardkeep.load``.
+4. Build: the load executor runs the same plan against a source that
+   copies the pieces into its buffers (``_PiecesSource``), so values,
+   shardings, casts, PRNG keys and partial loads are exactly those of
+   ``shardkeep.load``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import _core, checkpointables, dtypes, exchange, local_slices, restore
+from . import _core, checkpointables, dtypes, exchange, load_executor, load_plan, load_source
+from . import local_slices
 from . import options as options_lib
 from .errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
 
@@ -86,18 +88,20 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
             for k, (leaf, _, origin, shape) in enumerate(part.get("shards", [])):
                 by_leaf.setdefault(leaf, []).append((q, k, tuple(origin), tuple(shape)))
     metas = {name: json.loads(parts[name]["meta"]) for name in targets}
-    requests = {name: _planned_requests(where, name, metas[name], target, partial,
-                                        core_options)
-                for name, target in targets.items() if parts[name]["kind"] == "pytree"}
+    # No load-and-broadcast: the fetch below already reads each piece once.
+    plans = {name: load_plan.plan(f"{where}/{name}", metas[name], target, partial=partial,
+                                  broadcast=False)
+             for name, target in targets.items() if parts[name]["kind"] == "pytree"}
+    requests = {name: [(slot.number, dtypes.name_of(slot.dtype), slot.origin, slot.shape)
+                       for slot in plan.slots()] for name, plan in plans.items()}
     pieces = _cut(where, requests, stored)
     fetched = _fetch(tier, decision, pieces, core_options)
     results = {}
     for name, target in targets.items():
         kind = parts[name]["kind"]
         if kind == "pytree":
-            reader = _PieceReader(where, pieces[name], fetched)
-            value = _restore_pytree(reader, f"{where}/{name}", name, metas[name], target,
-                                    partial, core_options)
+            source = _PiecesSource(f"{where}/{name}", name, pieces[name], fetched)
+            value = load_executor.execute(plans[name], source, timeout_s=tier.timeout_s)
         elif target is not None:
             raise InvalidArgumentError(f"{where}/{name} is of kind {kind!r}, which takes"
                                        " no target")
@@ -181,9 +185,9 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
         {h: [local_slices.json_bytes(keys)] for h, keys in wanted.items()},
         timeout_s=tier.timeout_s)
     replies = {}
-    for asker, (request,) in asked.items():
+    for asker, (asking,) in asked.items():
         keys = [(n, q, k, tuple(o), tuple(s), d) for n, q, k, o, s, d in
-                json.loads(request.tobytes())]
+                json.loads(asking.tobytes())]
         served = _read_pieces(tier, decision, keys, core_options)
         replies[asker] = [dtypes.as_bytes(served[key]) for key in keys]
     answers = exchange.exchange_bytes(replies, timeout_s=tier.timeout_s)
@@ -220,40 +224,6 @@ def _read_pieces(tier, decision: Decision, keys: list[tuple],
     return out
 
 
-def _restore_pytree(reader, where: str, name: str, meta: dict, target: Any, partial: bool,
-                    core_options) -> Any:
-    """``restore.restore_pytree`` on one of this module's readers: no file
-    mapping (there are no files), and no load-and-broadcast (the pieces
-    were already fetched; both passes must plan alike)."""
-    return restore.restore_pytree(reader, where, name, meta, target, partial=partial,
-                                  core_options=core_options, map_files=False, broadcast=False)
-
-
-class _Planned(Exception):
-    """Stops a planning pass of restore_pytree at its read, with its requests."""
-
-    def __init__(self, requests):
-        super().__init__("planned")
-        self.requests = requests
-
-
-class _PlanningReader:
-    def read(self, name, requests, options=None):
-        raise _Planned([(r[0], r[1], tuple(r[2]), tuple(r[3])) for r in requests])
-
-
-def _planned_requests(where: str, name: str, meta: dict, target: Any, partial: bool,
-                      core_options) -> list[tuple]:
-    """The (leaf, dtype name, origin, shape) boxes a load of ``target`` reads
-    on this process: restore_pytree's own plan, stopped at its read."""
-    try:
-        _restore_pytree(_PlanningReader(), f"{where}/{name}", name, meta, target, partial,
-                        core_options)
-    except _Planned as planned:
-        return planned.requests
-    return []
-
-
 def _cut(where: str, requests: dict[str, list[tuple]],
          stored: dict[str, dict[int, list[tuple]]]) -> dict[str, dict[tuple, list]]:
     """Each request cut into the stored boxes it overlaps:
@@ -283,21 +253,24 @@ def _cut(where: str, requests: dict[str, list[tuple]],
     return out
 
 
-class _PieceReader:
-    """Serves restore_pytree's read from the pieces fetched for it."""
+class _PiecesSource(load_source.Source):
+    """The fetched pieces of one checkpointable, as a load's source: a read
+    copies the pieces of each planned box into its buffer."""
 
-    def __init__(self, where: str, pieces: dict[tuple, list], fetched: dict[tuple, np.ndarray]):
-        self._where = where
+    def __init__(self, where: str, name: str, pieces: dict[tuple, list],
+                 fetched: dict[tuple, np.ndarray]):
+        self.where = where
+        self._name = name
         self._pieces = pieces
         self._fetched = fetched
 
-    def read(self, name, requests, options=None):
+    def read(self, requests: list[tuple]) -> None:
         for leaf, dtype_name, origin, shape, dst in requests:
             request = (leaf, dtype_name, tuple(origin), tuple(shape))
             if request not in self._pieces:
-                raise ShardkeepError(f"{self._where}/{name}: box {list(origin)}+{list(shape)}"
+                raise ShardkeepError(f"{self.where}: box {list(origin)}+{list(shape)}"
                                      f" of leaf {leaf} was not planned")
             box = dst.view(dtypes.from_name(dtype_name)).reshape(shape)
             for q, k, sub_origin, sub_shape, at in self._pieces[request]:
-                data = self._fetched[(name, q, k, sub_origin, sub_shape, dtype_name)]
+                data = self._fetched[(self._name, q, k, sub_origin, sub_shape, dtype_name)]
                 box[tuple(slice(a, a + n) for a, n in zip(at, sub_shape))] = data

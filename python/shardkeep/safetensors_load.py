@@ -3,10 +3,11 @@
 The core opens a ``.safetensors`` file, a folder of them or a
 ``model.safetensors.index.json`` as a checkpoint with one pytree
 checkpointable whose leaves are the tensors, each stored as one raw chunk
-(see docs/INTEROP.md). Loading is then shardkeep's own restore: each
+(see docs/INTEROP.md). Loading is then shardkeep's own load: each
 process reads only the byte ranges of the boxes its devices hold, straight
 into the destination buffers, with casts and file mapping. This module
-only maps key paths to tensor names.
+only maps key paths to tensor names; the core reader is its source
+(``load_source.CoreSource``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from . import _core, dtypes, restore, tree_codec
+from . import _core, dtypes, load_executor, tree_codec
 from . import options as options_lib
 from .array_source import ArraySource
 from .errors import IncompatibleError, InvalidArgumentError
 from .gc_pause import gc_paused
+from .load_source import CoreSource
 
 # The core's name for the one checkpointable of a safetensors source.
 _TENSORS = "tensors"
@@ -63,16 +65,17 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
         meta = {**meta, "tree": _nested_dicts(path, names)}
     else:
         meta = _renamed_for(path, meta, names, target, key_map)
+    source = CoreSource(reader, _TENSORS, path, core_options, map_files=map_files, meta=meta)
     with gc_paused():
-        return restore.restore_pytree(reader, path, _TENSORS, meta, target, partial=True,
-                                      core_options=core_options, map_files=map_files,
-                                      broadcast=options.broadcasts_load_of(path))
+        return load_executor.load(source, target, partial=True,
+                                  broadcast=options.broadcasts_load_of(path),
+                                  timeout_s=options.timeout_s)
 
 
 def _renamed_for(path: str, meta: dict, names: list[str], target: Any,
                  key_map: KeyMap | None) -> dict:
     """``meta`` with each tensor wanted by ``target`` named by its leaf's key
-    path, so that restore matches them; other tensors keep names no key
+    path, so that the planner matches them; other tensors keep names no key
     path can take."""
     keyed, _ = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     number = {name: i for i, name in enumerate(names)}

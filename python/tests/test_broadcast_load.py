@@ -3,7 +3,8 @@
 The plan and its exchange are checked in one process against simulated
 jobs (fake devices of several processes, the exchange played by threads);
 a real 4-process job checks values and the bytes each process reads from
-storage; a single-process load checks that the option changes nothing there.
+storage, and others load Orbax and DCP checkpoints through the same plan;
+a single-process load checks that the option changes nothing there.
 """
 
 import collections
@@ -11,6 +12,7 @@ import math
 import pathlib
 import sys
 import threading
+import warnings
 
 import jax
 import numpy as np
@@ -23,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).with_name("multiprocess")))
 import harness  # noqa: E402
 
 import shardkeep as sk  # noqa: E402
-from shardkeep import _core, broadcast_load, restore  # noqa: E402
+from shardkeep import _core, broadcast_load, load_plan  # noqa: E402
 
 
 class FakeDevice:
@@ -52,23 +54,24 @@ def _job(processes: int, devices_per_process: int = 1) -> list[list[FakeDevice]]
 
 
 class ChunkedReader:
-    """Answers Reader.ranges for leaves stored in chunks of ``chunk_rows``
-    rows, leaf n in file "data/n"."""
+    """Answers a source's ranges for leaves stored in chunks of
+    ``chunk_rows`` rows, leaf n in file "data/n"."""
 
     def __init__(self, leaves: list, chunk_rows: int):
         self.leaves, self.chunk_rows = leaves, chunk_rows
 
-    def ranges(self, name, requests, options):
+    def ranges(self, requests):
         out = []
         for number, dtype, origin, shape, dst in requests:
-            assert name == "state" and dst is None
+            assert dst is None
             full, stored, _ = self.leaves[number]
             assert dtype == np.dtype(stored).name
             row_bytes = math.prod(full[1:]) * np.dtype(stored).itemsize
             first = origin[0] // self.chunk_rows
             last = (origin[0] + shape[0] - 1) // self.chunk_rows
             out.append([(f"data/{number}", c * self.chunk_rows * row_bytes,
-                         min(self.chunk_rows, full[0] - c * self.chunk_rows) * row_bytes)
+                         (c * self.chunk_rows
+                          + min(self.chunk_rows, full[0] - c * self.chunk_rows)) * row_bytes)
                         for c in range(first, last + 1)])
         return out
 
@@ -87,15 +90,15 @@ def _simulate(processes: int, leaves: list, chunk_rows: int = 1) -> list[tuple]:
                 if device.process_index == me:
                     origin = (index[0].start,) + (0,) * (len(shape) - 1)
                     extent = (index[0].stop - index[0].start,) + tuple(shape[1:])
-                    slot = restore._Slot(number, f"leaf{number}", origin, extent,
-                                         np.dtype(dtype), devices=[])
+                    slot = load_plan.Slot(number, f"leaf{number}", origin, extent,
+                                          np.dtype(dtype), devices=[])
                     slot.buffer = np.full(math.prod(extent) * slot.dtype.itemsize, 0x4D,
                                           np.uint8).view(dtype).reshape(extent)
                     mine[origin, extent] = slot
             plan.add_leaf(number, f"leaf{number}", sharding, shape, (), np.dtype(dtype),
                           list(mine.values()))
             slots += mine.values()
-        plan.choose_readers(ChunkedReader(leaves, chunk_rows), "state", None)
+        plan.choose_readers(ChunkedReader(leaves, chunk_rows))
         out.append((plan, slots))
     return out
 
@@ -325,6 +328,53 @@ def test_four_processes_read_one_copy_and_load_the_same_bits(tmp_path):
     assert [r["small_batches"]["exchanges"] for r in results] == \
         [results[0]["small_batches"]["exchanges"]] * 4
     assert results[0]["small_batches"]["exchanges"] > 1
+
+
+def _read_once_per_job(results: list, sizes: dict[str, int]) -> None:
+    """No box is read twice in the job, and the boxes read cover each leaf
+    exactly once (without broadcast, every holder would read its boxes)."""
+    reads = [tuple(map(str, read)) for result in results for read in result["reads"]]
+    assert len(reads) == len(set(reads)), sorted(reads)
+    read_elements = collections.Counter()
+    for result in results:
+        for path, _, shape in result["reads"]:
+            read_elements[path] += math.prod(shape)
+    assert read_elements == sizes
+    assert sum(1 for result in results if result["reads"]) > 1  # the reads are shared
+
+
+def test_orbax_checkpoint_loads_through_load_and_broadcast(tmp_path):
+    """Written by orbax's CheckpointManager (typed PRNG keys included), as a
+    trainer writes it; loaded by a 4-process job, each box read once."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    import interop_scenarios
+
+    values = interop_scenarios.broadcast_values()
+    state = {name: jax.numpy.asarray(v) for name, v in values.items()}
+    state["rng"] = jax.random.split(jax.random.key(0), interop_scenarios.KEY_COUNT)
+    with ocp.CheckpointManager(str(tmp_path / "run")) as manager:
+        manager.save(5, args=ocp.args.StandardSave(state))
+        manager.wait_until_finished()
+    results = harness.run_job(4, 2, "interop_scenarios:broadcast_orbax",
+                              {"path": str(tmp_path / "run" / "5")}, timeout=240)
+    sizes = {name: v.size for name, v in values.items()}
+    sizes["rng"] = interop_scenarios.KEY_COUNT * 2  # threefry key data: 2 words a key
+    _read_once_per_job(results, sizes)
+
+
+def test_dcp_checkpoint_loads_through_load_and_broadcast(tmp_path):
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    import interop_scenarios
+
+    values = interop_scenarios.broadcast_values()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.save({name: torch.from_numpy(v) for name, v in values.items()},
+                 checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+    results = harness.run_job(4, 2, "interop_scenarios:broadcast_dcp",
+                              {"path": str(tmp_path / "dcp")}, timeout=240)
+    _read_once_per_job(results, {name: v.size for name, v in values.items()})
 
 
 def test_the_default_broadcasts_loads_from_object_stores_only():

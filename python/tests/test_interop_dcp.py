@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -219,3 +220,42 @@ def test_missing_torch_is_a_clear_import_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ImportError, match=r"torch.*shardkeep\[dcp\]"):
         sk.convert(tmp_path, str(tmp_path / "out"), source_format="dcp", allow_pickle=True)
+
+
+def test_load_dcp_onto_shardings_with_casts_as_native_loads(saved):
+    path, expected = saved
+    mesh = make_mesh((2, 4), ("a", "b"))
+
+    def sharding(shape):
+        return NamedSharding(mesh, P("a" if shape[0] % 2 == 0 else None))
+
+    def target_of(value):
+        if not isinstance(value, np.ndarray):
+            return value  # Python values: a target of their own type
+        if value.dtype.itemsize == 8:  # jax without x64 has no 64-bit arrays
+            return np.zeros_like(value)
+        return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding(value.shape))
+
+    target = jax.tree.map(target_of, expected)
+    loaded = sk.load_dcp(path, target, allow_pickle=True)
+    for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(expected)):
+        if isinstance(want, np.ndarray) and want.dtype.itemsize != 8:
+            assert got.sharding == sharding(want.shape)
+        assert_same_bits(np.asarray(got), np.asarray(want))
+    target["top"] = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    with pytest.raises(sk.IncompatibleError, match=r"'top'.*cannot cast float64 to float32"
+                                                   r" without allow_lossy_cast"):
+        sk.load_dcp(path, target, allow_pickle=True)
+    loaded = sk.load_dcp(path, target, allow_pickle=True,
+                         options=sk.Options(allow_lossy_cast=True))
+    assert_same_bits(np.asarray(loaded["top"]), expected["top"].astype(np.float32))
+
+
+def test_load_dcp_refuses_without_allow_pickle(saved):
+    with pytest.raises(sk.InvalidArgumentError, match="allow_pickle=True"):
+        sk.load_dcp(saved[0])
+
+
+def test_load_of_a_dcp_folder_names_load_dcp(saved):
+    with pytest.raises(sk.NotFoundError, match=r"DCP checkpoint.*shardkeep\.load_dcp"):
+        sk.load(saved[0])

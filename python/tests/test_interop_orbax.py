@@ -188,13 +188,14 @@ def test_loads_without_target_as_saved(saved, layout):
 def test_replicated_boxes_are_read_once_and_fsdp_reads_only_own_rows(saved, monkeypatch):
     path = saved[0]["standard_ocdbt"]
     reads = []
+    original = orbax_reader.OrbaxSource.read
 
-    class CountingRead(orbax_reader._NamedRead):
-        def __init__(self, out, future, where, origin, extent):
-            super().__init__(out, future, where, origin, extent)
-            reads.append((where.split("'")[1], tuple(origin), tuple(extent)))
+    def counting_read(source, requests):
+        leaves = source.meta()["leaves"]
+        reads.extend((leaves[r[0]]["path"], tuple(r[2]), tuple(r[3])) for r in requests)
+        return original(source, requests)
 
-    monkeypatch.setattr(orbax_reader, "_NamedRead", CountingRead)
+    monkeypatch.setattr(orbax_reader.OrbaxSource, "read", counting_read)
     host = saved[1]
     sk.load_orbax(path, _target(host, _replicated))
     w_reads = [r for r in reads if r[0] == "params/w"]
@@ -430,3 +431,83 @@ def test_missing_tensorstore_is_a_clear_import_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorstore", None)
     with pytest.raises(ImportError, match=r"tensorstore.*shardkeep\[orbax\]"):
         sk.load_orbax(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def trainer_step(tmp_path_factory):
+    """A CheckpointManager step as a trainer writes it: typed PRNG keys
+    (stored by Orbax as uint32 key data with random_key_impl recorded)
+    beside parameters and a Python step count."""
+    root = str(tmp_path_factory.mktemp("trainer") / "run")
+    keys = jax.random.split(jax.random.key(42), 2)
+    state = {"rng": keys, "params": {"w": jnp.arange(12.0).reshape(3, 4)}, "step": 7}
+    with ocp.CheckpointManager(root) as manager:
+        manager.save(7, args=ocp.args.StandardSave(state))
+        manager.wait_until_finished()
+    return os.path.join(root, "7"), keys
+
+
+def _assert_same_keys(got, want):
+    assert jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key)
+    assert jax.random.key_impl(got) == jax.random.key_impl(want)
+    assert_same_bits(np.asarray(jax.random.key_data(got)), np.asarray(jax.random.key_data(want)))
+
+
+def test_typed_keys_load_onto_a_typed_key_target_and_without_one(trainer_step):
+    path, keys = trainer_step
+    target = {"rng": jax.ShapeDtypeStruct(keys.shape, keys.dtype,
+                                          sharding=_replicated(keys.shape)),
+              "params": {"w": jax.ShapeDtypeStruct((3, 4), jnp.float32)}, "step": 0}
+    loaded = sk.load_orbax(path, target)
+    _assert_same_keys(loaded["rng"], keys)
+    assert loaded["rng"].sharding.is_equivalent_to(target["rng"].sharding, 1)
+    _assert_same_keys(sk.load_orbax(path)["rng"], keys)
+    # Key data as it is stored still loads onto a uint32 target.
+    target["rng"] = jax.ShapeDtypeStruct((2, 2), jnp.uint32)
+    assert_same_bits(np.asarray(sk.load_orbax(path, target)["rng"]),
+                     np.asarray(jax.random.key_data(keys)))
+
+
+def test_convert_keeps_typed_keys_and_the_step(trainer_step, tmp_path):
+    path, keys = trainer_step
+    dst = str(tmp_path / "converted")
+    sk.convert(path, dst)
+    assert sk.metadata(dst).step == 7
+    loaded = sk.load(dst)
+    _assert_same_keys(loaded["rng"], keys)
+    assert loaded["step"] == 7
+    explicit = str(tmp_path / "explicit")
+    sk.convert(os.path.join(path, "default"), explicit, step=100)
+    assert sk.metadata(explicit).step == 100
+
+
+def test_convert_of_an_item_outside_a_step_folder_has_no_step(saved, tmp_path):
+    dst = str(tmp_path / "converted")
+    sk.convert(saved[0]["standard_ocdbt"], dst)
+    assert sk.metadata(dst).step is None
+
+
+def test_load_of_an_orbax_folder_names_load_orbax(trainer_step):
+    path, _ = trainer_step
+    for folder in (path, os.path.dirname(path), os.path.join(path, "default")):
+        with pytest.raises(sk.NotFoundError, match=r"Orbax checkpoint.*shardkeep\.load_orbax"):
+            sk.load(folder)
+
+
+def test_casts_are_refused_as_native_loads_refuse_them(saved, tmp_path):
+    """The same rule (the core's) and words as a shardkeep checkpoint's."""
+    path = saved[0]["standard_ocdbt"]
+    native = str(tmp_path / "native")
+    sk.save(native, {"w": saved[1]["params"]["w"]})
+    for dtype in (jnp.int32, jnp.bfloat16):
+        target = jax.ShapeDtypeStruct((16, 8), dtype)
+        with pytest.raises(sk.IncompatibleError) as native_error:
+            sk.load(native, {"w": target})
+        orbax_target = _target(saved[1], _replicated)
+        orbax_target["params"]["w"] = target
+        with pytest.raises(sk.IncompatibleError) as orbax_error:
+            sk.load_orbax(path, orbax_target)
+        native_message = str(native_error.value)
+        reason = native_message[native_message.index("cannot cast float32"):]
+        assert str(orbax_error.value).endswith(reason)
+        assert "'params/w'" in str(orbax_error.value)

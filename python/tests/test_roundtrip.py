@@ -238,3 +238,13 @@ def test_every_name_the_core_accepts_saves_and_loads(tmp_path):
     loaded = sk.load_checkpointables(str(tmp_path / "c"))
     assert sorted(loaded) == sorted(names)
     np.testing.assert_array_equal(loaded["_opt"]["w"], np.full(2, 0))
+
+
+def test_a_saved_none_needs_no_target_leaf(tmp_path):
+    """Pytree libraries flatten empty nodes (optax's EmptyState) to no leaf,
+    and a None holds nothing: a target may leave it out."""
+    ckpt = str(tmp_path / "ckpt")
+    sk.save(ckpt, {"w": np.arange(3, dtype=np.int32), "empty": None})
+    loaded = sk.load(ckpt, {"w": np.zeros(3, np.int32)})
+    assert list(loaded) == ["w"]
+    np.testing.assert_array_equal(loaded["w"], np.arange(3, dtype=np.int32))

@@ -181,3 +181,10 @@ def test_sources_convert_the_files_chunk_by_chunk(tmp_path):
     loaded = sk.load(tmp_path / "converted")
     for name, value in tensors.items():
         assert_same_bits(leaf_at(loaded, name), value)
+
+
+def test_load_of_safetensors_names_load_safetensors(tmp_path):
+    save_file({"w": jnp.arange(4.0)}, str(tmp_path / "model.safetensors"))
+    for path in (tmp_path / "model.safetensors", tmp_path):
+        with pytest.raises(sk.NotFoundError, match=r"safetensors.*shardkeep\.load_safetensors"):
+            sk.load(path)

@@ -14,26 +14,34 @@ with ``weights_only=True``; non-tensor values (ints, strings, other
 objects DCP stores as pickles) are unpickled by DCP as they are loaded.
 
 Leaves are read one key at a time by ``torch.distributed.checkpoint.load``
-into a tensor that shares memory with the numpy array returned (bfloat16
-and float8 through a same-size integer view), so that a key's chunks
-from any number of ranks are assembled by DCP itself, bit for bit, and
-memory holds only the keys being read.
+into a tensor that shares memory with a numpy array (bfloat16 and float8
+through a same-size integer view), so that a key's chunks from any number
+of ranks are assembled by DCP itself, bit for bit, and memory holds only
+the keys being read. ``DcpSource`` describes the checkpoint as meta.json
+would and serves boxes from whole keys, so loading it is shardkeep's own
+load (``load_executor``): matching, casts, errors and load-and-broadcast.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
 import functools
 import os
-from typing import Any
+import warnings
+from typing import Any, Iterator
 
 import ml_dtypes
 import numpy as np
 
+from .. import _core, dtypes, load_executor
+from .. import options as options_lib
 from ..errors import CorruptionError, InvalidArgumentError, NotFoundError
+from ..gc_pause import gc_paused
+from ..load_source import Source
 from .optional import require
-from .source import SourceLeaf
-from .tree_build import key_path
+from .tree_build import key_path, structure
 
 PICKLE_REFUSAL = (
     "reading a PyTorch DCP checkpoint means unpickling its .metadata file (and its"
@@ -53,12 +61,39 @@ _VIEWED = {
 _NATIVE = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
            "float16", "float32", "float64", "complex64", "complex128")
 _INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+_SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
+_MAX_READ_THREADS = 8
+METADATA_FILE = ".metadata"
 
 
-class DcpCheckpoint:
-    """A DCP checkpoint's leaves; array reads run on ``pool``'s threads."""
+def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
+             options: options_lib.Options | None = None) -> Any:
+    """Loads a PyTorch DCP checkpoint's state dict onto ``target``.
 
-    def __init__(self, path, *, allow_pickle: bool, pool: concurrent.futures.Executor):
+    ``allow_pickle=True`` is required: DCP's metadata is a pickle (see
+    docs/INTEROP.md). ``target`` follows ``shardkeep.load``; leaves are
+    matched by key path (DCP's record of the nested state dict, or each
+    flattened key as one dict key). Each process reads the keys its
+    boxes lie in, whole (DCP reads no part of a key); with
+    ``Options(broadcast_load=True)`` each key that several processes hold
+    is read by one of them and sent to the others. Needs ``torch``
+    (``shardkeep[dcp]``).
+    """
+    options = options_lib.resolve(options)
+    source = DcpSource(path, allow_pickle=allow_pickle, options=options)
+    with gc_paused():
+        return load_executor.load(source, target, partial=False,
+                                  broadcast=options.broadcasts_load_of(source.directory),
+                                  timeout_s=options.timeout_s)
+
+
+class DcpSource(Source):
+    """A DCP checkpoint as a load's source; keys are read whole, on up to
+    ``options.io_threads`` (default: the cores, at most 8) threads."""
+
+    reads_whole_leaves = True
+
+    def __init__(self, path, *, allow_pickle: bool, options: options_lib.Options):
         if not allow_pickle:
             raise InvalidArgumentError(f"DCP checkpoint {os.fspath(path)}: {PICKLE_REFUSAL}")
         self._torch = require("torch", "dcp", "reading PyTorch DCP checkpoints")
@@ -66,15 +101,54 @@ class DcpCheckpoint:
                             "reading PyTorch DCP checkpoints")
         self.directory = os.path.abspath(os.fspath(path))
         self.where = f"DCP checkpoint {self.directory}"
-        self._pool = pool
+        self._threads = options.io_threads or min(_MAX_READ_THREADS, os.cpu_count() or 1)
+        self._allow_lossy = options.allow_lossy_cast
         self._metadata = self._read_metadata()
         items = self._metadata.state_dict_metadata
-        values = self._python_values([fqn for fqn, item in items.items()
-                                      if not hasattr(item, "size")])
-        self.leaves = [self._leaf(fqn, item, values) for fqn, item in items.items()]
+        with quiet():
+            values = self._python_values([fqn for fqn, item in items.items()
+                                          if not hasattr(item, "size")])
+        self._leaf_keys: list[tuple] = []  # per leaf: (fqn, where, torch dtype)
+        entries = [(self._keys(fqn), self._describe(fqn, item, values))
+                   for fqn, item in items.items()]
+        tree = structure(self.where, [(keys, None) for keys, _ in entries])
+        self._meta: dict[str, Any] = {"tree": tree, "leaves": [leaf for _, leaf in entries]}
+
+    def meta(self) -> dict:
+        return self._meta
+
+    def read(self, requests: list[tuple]) -> None:
+        """Reads each key that requests name once, whole, then copies
+        (casting by the core's rules) every requested box out of it. At
+        most one key per thread is read ahead of the copies, so memory
+        holds that many keys, not all of them."""
+        by_leaf: dict[int, list[tuple]] = {}
+        for request in requests:
+            number, dtype_name = request[0], request[1]
+            _core.check_cast(self._meta["leaves"][number]["dtype"], dtype_name,
+                             self._allow_lossy, self._leaf_keys[number][1])
+            by_leaf.setdefault(number, []).append(request)
+        reading: collections.deque = collections.deque()
+        with concurrent.futures.ThreadPoolExecutor(
+                self._threads, thread_name_prefix="shardkeep-dcp") as pool, quiet():
+            for number, leaf_requests in by_leaf.items():
+                reading.append((pool.submit(self._read_whole, number), leaf_requests))
+                if len(reading) >= self._threads:
+                    _copy_boxes(*reading.popleft())
+            while reading:
+                _copy_boxes(*reading.popleft())
+
+    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+        """A key is read whole: every box of it reads all of it."""
+        return [[(self._leaf_keys[request[0]][0], 0, 1)] for request in requests]
+
+    def read_whole(self, number: int) -> np.ndarray:
+        """Leaf ``number`` as stored (for conversion, which slices it; it
+        runs under ``quiet``, on any thread)."""
+        return self._read_whole(number)
 
     def _read_metadata(self):
-        file = os.path.join(self.directory, ".metadata")
+        file = os.path.join(self.directory, METADATA_FILE)
         if not os.path.isfile(file):
             raise NotFoundError(f"no DCP checkpoint at {self.directory}: .metadata is missing")
         try:
@@ -91,17 +165,24 @@ class DcpCheckpoint:
             f" and {len(fqns) - 3} more" if len(fqns) > 3 else "")
         return self._load(dict.fromkeys(fqns), f"{self.where}: values of keys {named}")
 
-    def _leaf(self, fqn: str, item, values: dict[str, Any]) -> SourceLeaf:
-        keys = self._keys(fqn)
-        path = key_path(keys)
+    def _describe(self, fqn: str, item, values: dict[str, Any]) -> dict:
+        """The meta.json description of key ``fqn``."""
+        path = key_path(self._keys(fqn))
         where = f"{self.where}: key {fqn!r} (leaf {path!r})"
+        self._leaf_keys.append((fqn, where, getattr(getattr(item, "properties", None),
+                                                    "dtype", None)))
         if fqn in values:
             value = values[fqn]
-            if value is not None and not isinstance(value, (bool, int, float, str)):
-                raise InvalidArgumentError(
-                    f"{where}: holds a {type(value).__name__}; shardkeep stores Python values"
-                    " only of types bool, int, float, str and None")
-            return SourceLeaf(keys, path, where, value=value)
+            if value is None:
+                return {"path": path, "kind": "none"}
+            if isinstance(value, str):
+                return {"path": path, "kind": "string", "value": value}
+            if isinstance(value, (bool, int, float)):
+                return {"path": path, "kind": "scalar", "value": value,
+                        "dtype": _SCALAR_DTYPES[type(value)]}
+            raise InvalidArgumentError(
+                f"{where}: holds a {type(value).__name__}; shardkeep stores Python values"
+                " only of types bool, int, float, str and None")
         torch_dtype = str(item.properties.dtype).removeprefix("torch.")
         if torch_dtype in _VIEWED:
             dtype = np.dtype(_VIEWED[torch_dtype])
@@ -109,10 +190,8 @@ class DcpCheckpoint:
             dtype = np.dtype(torch_dtype)
         else:
             raise InvalidArgumentError(f"{where}: torch dtype {torch_dtype} has no numpy form")
-        shape = tuple(int(n) for n in item.size)
-        return SourceLeaf(keys, path, where, shape=shape, dtype=dtype,
-                          read_box=lambda origin, extent: self._read_box(
-                              fqn, where, shape, dtype, item.properties.dtype, origin, extent))
+        return {"path": path, "kind": "array", "dtype": dtypes.name_of(dtype),
+                "shape": [int(n) for n in item.size], "sharding": None}
 
     def _keys(self, fqn: str):
         """The leaf's keys: DCP's record of the nested state dict (ints are
@@ -122,13 +201,11 @@ class DcpCheckpoint:
             return [(fqn, False)]
         return [(str(k), isinstance(k, int)) for k in original]
 
-    def _read_box(self, fqn, where, shape, dtype, torch_dtype, origin, extent):
-        if tuple(origin) != (0,) * len(shape) or tuple(extent) != shape:
-            raise InvalidArgumentError(f"{where}: DCP leaves are read whole")
-        return self._pool.submit(self._read_whole, fqn, where, shape, dtype, torch_dtype)
-
-    def _read_whole(self, fqn, where, shape, dtype, torch_dtype) -> np.ndarray:
-        array = np.empty(shape, dtype)
+    def _read_whole(self, number: int) -> np.ndarray:
+        fqn, where, torch_dtype = self._leaf_keys[number]
+        leaf = self._meta["leaves"][number]
+        dtype = dtypes.from_name(leaf["dtype"])
+        array = np.empty(leaf["shape"], dtype)
         if dtype.name in _VIEWED:
             view = self._torch.from_numpy(array.view(_INT_OF_SIZE[dtype.itemsize]))
             tensor = view.view(torch_dtype)
@@ -153,6 +230,28 @@ class DcpCheckpoint:
             raise CorruptionError(f"{where}: reading it from {', '.join(files)} failed:"
                                   f" {_first_line(cause)}") from e
         return state_dict
+
+
+def _copy_boxes(whole_read: concurrent.futures.Future, requests: list[tuple]) -> None:
+    """Copies each request's box out of the whole key being read."""
+    whole = whole_read.result()
+    for _, dtype_name, origin, shape, dst in requests:
+        box = whole[tuple(slice(o, o + n) for o, n in zip(origin, shape))]
+        if dtype_name == dtypes.name_of(whole.dtype):
+            np.copyto(dst.view(whole.dtype).reshape(shape), box)
+        else:
+            _core.cast(dtypes.as_bytes(np.ascontiguousarray(box)), dtypes.name_of(whole.dtype),
+                       dst, dtype_name)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """DCP warns on every load outside a process group, which is how each
+    key is read here on purpose."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is .*single process",
+                                category=UserWarning)
+        yield
 
 
 @functools.cache

@@ -14,6 +14,10 @@ What orbax-checkpoint writes (checked against 0.12.8), for one pytree item:
   commit), or with ``use_ocdbt`` false, as plain folders of chunk files.
   Python scalars are zarr arrays of shape ().
 * ``_strings.json``: the string leaves, by param name.
+* ``array_metadatas/process_<i>``: JSON, per saving process, a list of
+  ``array_metadata`` records (``param_name``, ``ext_metadata``); a typed
+  PRNG key array is stored as its uint32 key data with
+  ``ext_metadata.random_key_impl`` naming its implementation.
 
 An item folder is where ``StandardCheckpointer`` / ``PyTreeCheckpointer``
 saved, ``<step>/<item>`` in a ``CheckpointManager`` directory (``default``
@@ -22,6 +26,9 @@ for a single unnamed item), and ``<path>/<name>`` for the v1 API's
 
 The JSON files are read here; the arrays (OCDBT B-trees, zarr codecs,
 chunks) only through tensorstore, the library that defines them.
+``OrbaxSource`` describes an item as meta.json would and reads boxes of
+its arrays, so that loading one is shardkeep's own load (``load_executor``):
+the same matching, casts, typed keys, errors and load-and-broadcast.
 """
 
 from __future__ import annotations
@@ -33,18 +40,23 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core, dtypes, load_executor
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
-from . import placement
+from ..gc_pause import gc_paused
+from ..load_source import Source
 from .optional import require
-from .source import SourceLeaf
-from .tree_build import EMPTY_DICT, EMPTY_LIST, key_path
+from .tree_build import EMPTY_DICT, EMPTY_LIST, key_path, structure
 
 _ITEM_MARKER = "_METADATA"
 _STRINGS_FILE = "_strings.json"
+_ARRAY_METADATAS = "array_metadatas"
+_STEP_MARKER = "_CHECKPOINT_METADATA"
+_STEP_FOLDER = re.compile(r"(?:.+_)?(\d+)")
+_KEY_IMPL = "random_key_impl"
 _UNCOMMITTED = ".orbax-checkpoint-tmp"
 _ARRAY_TYPES = ("jax.Array", "np.ndarray", "scalar")
-_PLAIN_VALUES = {"None": None, "Dict": EMPTY_DICT, "List": EMPTY_LIST}
+_EMPTY_CONTAINERS = {"Dict": EMPTY_DICT, "List": EMPTY_LIST}
 _SEQUENCE_KEY = 1
 
 
@@ -56,12 +68,15 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     step, or a v1 ``save`` path). ``target`` follows
     ``shardkeep.load``: ``jax.ShapeDtypeStruct`` leaves with shardings give
     ``jax.Array``s of those shardings, each process reading from storage
-    only the boxes its devices hold (each distinct box once); numpy or
-    Python leaves give numpy or Python values; None (whole or per leaf) the
-    saved shapes and dtypes on the host (numpy arrays, Python scalars and
+    only the boxes its devices hold (each distinct box once, and once in
+    the whole job with ``Options(broadcast_load=True)``); numpy or Python
+    leaves give numpy or Python values; None (whole or per leaf) the saved
+    shapes and dtypes on the host (numpy arrays, Python scalars and
     strings), with nested dicts and lists rebuilt from Orbax's tree
-    metadata. Leaves are matched by shardkeep key path (keys joined by '/',
-    see docs/FORMAT.md §4.2); a target must name exactly the saved leaves.
+    metadata. Typed PRNG keys (Orbax records their implementation) load
+    onto typed-key targets, and without a target as typed keys. Leaves are
+    matched by shardkeep key path (keys joined by '/', see docs/FORMAT.md
+    §4.2); a target must name every saved leaf but Nones.
 
     A target dtype other than the saved one is a cast, with the rules of
     ``shardkeep.load`` (lossy ones need ``Options(allow_lossy_cast=True)``);
@@ -70,34 +85,154 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     copies. Needs the ``tensorstore`` package (``shardkeep[orbax]``).
     """
     options = options_lib.resolve(options)
-    item = open_item(path, options)
-    return placement.load_all(item.where, item.leaves, target,
-                              allow_lossy_cast=options.allow_lossy_cast)
+    source = OrbaxSource(path, options)
+    with gc_paused():
+        return load_executor.load(source, target, partial=False,
+                                  broadcast=options.broadcasts_load_of(source.directory),
+                                  timeout_s=options.timeout_s)
 
 
-class OrbaxItem:
-    """An Orbax pytree item: its folder and its leaves, arrays opened."""
+class OrbaxSource(Source):
+    """An Orbax pytree item as a load's source: its leaves described as
+    meta.json would (Python scalars read when opened), its arrays opened
+    (in parallel) and read box by box through tensorstore."""
 
-    def __init__(self, directory: str, leaves: list[SourceLeaf]):
-        self.directory = directory
-        self.where = f"Orbax checkpoint {directory}"
-        self.leaves = leaves
+    def __init__(self, path, options: options_lib.Options):
+        ts = require("tensorstore", "orbax", "reading Orbax checkpoints")
+        self.directory = find_item_folder(os.path.abspath(os.fspath(path)))
+        self.where = f"Orbax checkpoint {self.directory}"
+        self._ts = ts
+        self._allow_lossy = options.allow_lossy_cast
+        metadata = _read_json(self.directory, _ITEM_MARKER)
+        entries = _tree_entries(self.directory, metadata)
+        strings = (_read_json(self.directory, _STRINGS_FILE)
+                   if any(e["value_type"] == "string" for e in entries) else {})
+        key_impls = _key_impls(self.directory)
+        opener = _ArrayOpener(ts, self.directory, metadata, options)
+        opening = [opener.open(e["param"]) if e["value_type"] in _ARRAY_TYPES else None
+                   for e in entries]
+        self._stores: list = []  # per leaf number: its tensorstore, or None
+        self._names: list[str] = []  # per leaf number: how errors name it
+        leaves = []
+        for entry, opened in zip(entries, opening):
+            if entry["value_type"] not in _EMPTY_CONTAINERS:  # those are tree nodes
+                leaves.append(self._describe(entry, opened, strings, key_impls))
+        tree = structure(self.where, [(e["keys"], _EMPTY_CONTAINERS.get(e["value_type"]))
+                                      for e in entries])
+        self._meta: dict[str, Any] = {"tree": tree, "leaves": leaves}
+
+    def meta(self) -> dict:
+        return self._meta
+
+    @property
+    def step(self) -> int | None:
+        """The step of the ``CheckpointManager`` step folder the item sits
+        in (``<step>`` or ``<prefix>_<step>``, with ``_CHECKPOINT_METADATA``),
+        None for an item saved elsewhere."""
+        folder = os.path.dirname(self.directory)
+        match = _STEP_FOLDER.fullmatch(os.path.basename(folder))
+        if match is None or not os.path.isfile(os.path.join(folder, _STEP_MARKER)):
+            return None
+        return int(match.group(1))
+
+    def _describe(self, entry: dict, opened, strings: dict, key_impls: dict) -> dict:
+        keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]
+        path = key_path(keys)
+        where = f"{self.where}: leaf {path!r} (array {param!r})"
+        store = None
+        if value_type == "string":
+            if not isinstance(strings, dict) or not isinstance(strings.get(param), str):
+                raise NotFoundError(f"{self.where}: string leaf {path!r} is not"
+                                    f" in {_STRINGS_FILE} under {param!r}")
+            leaf = {"path": path, "kind": "string", "value": strings[param]}
+        elif value_type == "None":
+            leaf = {"path": path, "kind": "none"}
+        else:
+            store = _result(opened, where)
+            if any(m != 0 for m in store.domain.inclusive_min):
+                raise IncompatibleError(f"{where}: its domain {store.domain} does not start at 0")
+            dtype = np.dtype(store.dtype.numpy_dtype)
+            if value_type == "scalar":
+                value = _result(store.read(), where)[()].item()
+                leaf = {"path": path, "kind": "scalar", "value": value,
+                        "dtype": _SCALAR_DTYPES[type(value)]}
+                store = None
+            else:
+                leaf = {"path": path, "kind": "array", "dtype": dtypes.name_of(dtype),
+                        "shape": list(store.shape), "sharding": None}
+                if param in key_impls:
+                    leaf["prng_impl"] = key_impls[param]
+        self._stores.append(store)
+        self._names.append(where)
+        return leaf
+
+    def read(self, requests: list[tuple]) -> None:
+        """Every box read at once by tensorstore, straight into its buffer
+        when the dtype is the stored one, else into a temporary array cast
+        by the core."""
+        for number, dtype_name, *_ in requests:
+            store = self._stores[number]
+            _core.check_cast(dtypes.name_of(np.dtype(store.dtype.numpy_dtype)), dtype_name,
+                             self._allow_lossy, self._names[number])
+        pending = []
+        for number, dtype_name, origin, shape, dst in requests:
+            store = self._stores[number]
+            stored = np.dtype(store.dtype.numpy_dtype)
+            out = (dst.view(stored).reshape(shape) if dtype_name == dtypes.name_of(stored)
+                   else np.empty(shape, stored))
+            index = tuple(slice(o, o + n) for o, n in zip(origin, shape))
+            box = store[index] if index else store
+            # Written by tensorstore straight into the array handed out,
+            # chunk by chunk, as Orbax itself reads: no intermediate copy.
+            pending.append((self._ts.array(out).write(box), out, number, origin, shape,
+                            dtype_name, dst))
+        for future, out, number, origin, shape, dtype_name, dst in pending:
+            _result(future, f"{self._names[number]}, box origin {tuple(origin)} extent"
+                            f" {tuple(shape)}")
+            if dtype_name != dtypes.name_of(out.dtype):
+                _core.cast(dtypes.as_bytes(out), dtypes.name_of(out.dtype), dst, dtype_name)
+
+    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+        """The rows of stored chunks each box reads, as (array, first chunk
+        row, last + 1): boxes that load-and-broadcast cuts differ in their
+        first dimension only, so these tell whether two pieces would read
+        one chunk."""
+        out = []
+        for number, _, origin, shape, _ in requests:
+            store = self._stores[number]
+            if not shape:
+                out.append([(self._names[number], 0, 1)])
+                continue
+            rows = store.chunk_layout.read_chunk.shape[0] or 1
+            first = origin[0] // rows
+            last = (origin[0] + max(shape[0], 1) - 1) // rows
+            out.append([(self._names[number], first, last + 1)])
+        return out
 
 
-def open_item(path, options: options_lib.Options) -> OrbaxItem:
-    """Finds the item folder under ``path``, reads its metadata and opens
-    every array (in parallel); reads no array data."""
-    ts = require("tensorstore", "orbax", "reading Orbax checkpoints")
-    directory = find_item_folder(os.path.abspath(os.fspath(path)))
-    meta = _read_json(directory, _ITEM_MARKER)
-    entries = _tree_entries(directory, meta)
-    strings = (_read_json(directory, _STRINGS_FILE)
-               if any(e["value_type"] == "string" for e in entries) else {})
-    opener = _ArrayOpener(ts, directory, meta, options)
-    pending = [(e, opener.open(e["param"]) if e["value_type"] in _ARRAY_TYPES else None)
-               for e in entries]
-    return OrbaxItem(directory, [_leaf(ts, directory, e, opened, strings)
-                                   for e, opened in pending])
+# The meta.json dtype of a Python scalar, by the type Orbax stored it as.
+_SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
+
+
+def _key_impls(directory: str) -> dict[str, str]:
+    """The PRNG implementation of each typed-key array, by param name, from
+    ``array_metadatas`` (absent before orbax-checkpoint recorded it)."""
+    folder = os.path.join(directory, _ARRAY_METADATAS)
+    if not os.path.isdir(folder):
+        return {}
+    impls = {}
+    for name in sorted(os.listdir(folder)):
+        records = _read_json(folder, name)
+        try:
+            for record in records["array_metadatas"]:
+                metadata = record["array_metadata"]
+                impl = (metadata.get("ext_metadata") or {}).get(_KEY_IMPL)
+                if impl is not None:
+                    impls[metadata["param_name"]] = impl
+        except (KeyError, TypeError, AttributeError) as e:
+            raise CorruptionError(f"Orbax checkpoint {directory}: {_ARRAY_METADATAS}/{name}"
+                                  f" is not a list of array metadata ({e!r})") from e
+    return impls
 
 
 def find_item_folder(path: str) -> str:
@@ -126,6 +261,15 @@ def find_item_folder(path: str) -> str:
                         f" {_ITEM_MARKER}")
 
 
+def holds_item(folder: str, names: list[str]) -> bool:
+    """Whether ``folder`` (whose entries are ``names``) is an Orbax item, a
+    step folder of one, or a CheckpointManager directory."""
+    if _ITEM_MARKER in names or _STEP_MARKER in names:
+        return True
+    return any(os.path.isfile(os.path.join(folder, name, marker))
+               for name in names for marker in (_ITEM_MARKER, _STEP_MARKER))
+
+
 def _read_json(directory: str, name: str) -> Any:
     file = os.path.join(directory, name)
     try:
@@ -152,42 +296,13 @@ def _tree_entries(directory: str, meta: Any) -> list[dict]:
         except (KeyError, TypeError) as e:
             raise CorruptionError(f"{where}: leaf {name} lacks key_metadata or"
                                   f" value_metadata.value_type ({e!r})") from e
-        if value_type not in _ARRAY_TYPES and value_type != "string" \
-                and value_type not in _PLAIN_VALUES:
+        if value_type not in _ARRAY_TYPES and value_type not in ("string", "None") \
+                and value_type not in _EMPTY_CONTAINERS:
             raise IncompatibleError(f"{where}: leaf {key_path(keys)!r} has value_type"
                                     f" {value_type!r}, which shardkeep cannot read")
         entries.append({"keys": keys, "param": ".".join(k for k, _ in keys),
                         "value_type": value_type})
     return entries
-
-
-def _leaf(ts, directory: str, entry: dict, opened, strings: dict) -> SourceLeaf:
-    keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]
-    path = key_path(keys)
-    where = f"Orbax checkpoint {directory}: leaf {path!r} (array {param!r})"
-    if value_type == "string":
-        if not isinstance(strings, dict) or not isinstance(strings.get(param), str):
-            raise NotFoundError(f"Orbax checkpoint {directory}: string leaf {path!r} is not"
-                                f" in {_STRINGS_FILE} under {param!r}")
-        return SourceLeaf(keys, path, where, value=strings[param])
-    if value_type in _PLAIN_VALUES:
-        return SourceLeaf(keys, path, where, value=_PLAIN_VALUES[value_type])
-    store = _result(opened, where)
-    if any(m != 0 for m in store.domain.inclusive_min):
-        raise IncompatibleError(f"{where}: its domain {store.domain} does not start at 0")
-
-    dtype = np.dtype(store.dtype.numpy_dtype)
-
-    def read_box(origin, extent, store=store):
-        # Written by tensorstore straight into the array handed out, chunk
-        # by chunk, as Orbax itself reads: no intermediate copy.
-        out = np.empty(extent, dtype)
-        index = tuple(slice(o, o + n) for o, n in zip(origin, extent))
-        source = store[index] if index else store
-        return _NamedRead(out, ts.array(out).write(source), where, origin, extent)
-
-    return SourceLeaf(keys, path, where, shape=tuple(store.shape), dtype=dtype, read_box=read_box,
-                      python_scalar=value_type == "scalar")
 
 
 class _ArrayOpener:
@@ -216,18 +331,6 @@ class _ArrayOpener:
                 # A missing chunk is an error, not zeros: Orbax writes every chunk.
                 "fill_missing_data_reads": False}
         return self._ts.open(spec, open=True, read=True, context=self._context)
-
-
-class _NamedRead:
-    """A box being read into ``out``; a failure names the leaf and the box."""
-
-    def __init__(self, out: np.ndarray, future, where: str, origin, extent):
-        self._out, self._future, self._where = out, future, where
-        self._box = (tuple(origin), tuple(extent))
-
-    def result(self) -> np.ndarray:
-        _result(self._future, f"{self._where}, box origin {self._box[0]} extent {self._box[1]}")
-        return self._out
 
 
 def _result(future, where: str):

@@ -1,8 +1,9 @@
 """Nested dicts and lists rebuilt from leaves named by key tuples.
 
 Other formats record a leaf's place as a tuple of keys, each key a dict key
-or a list position; this module rebuilds the containers, and names leaves
-the shardkeep way (docs/FORMAT.md §4.2).
+or a list position; this module rebuilds the containers as the tree of a
+meta.json description (``structure``), and names leaves the shardkeep way
+(docs/FORMAT.md §4.2).
 """
 
 from __future__ import annotations
@@ -25,7 +26,37 @@ def key_path(keys: Sequence[Key]) -> str:
     return "/".join(escape(name) for name, _ in keys)
 
 
-def nest(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> Any:
+def structure(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> dict:
+    """The meta.json "tree" (``tree_codec``'s structure) of nested dicts and
+    lists holding leaf number i at entry i's keys; an entry whose value is
+    EMPTY_DICT / EMPTY_LIST is an empty container and takes no number.
+    Raises as ``_nest`` does."""
+    numbered, count = [], 0
+    for keys, value in entries:
+        if value is EMPTY_DICT or value is EMPTY_LIST:
+            numbered.append((keys, value))
+        else:
+            numbered.append((keys, _LeafNumber(count)))
+            count += 1
+    return _encode(_nest(where, numbered))
+
+
+class _LeafNumber:
+    __slots__ = ("number",)
+
+    def __init__(self, number: int):
+        self.number = number
+
+
+def _encode(node: Any) -> dict:
+    if isinstance(node, _LeafNumber):
+        return {"type": "leaf", "leaf": node.number}
+    if isinstance(node, list):
+        return {"type": "list", "children": [_encode(child) for child in node]}
+    return {"type": "dict", "keys": list(node), "children": [_encode(c) for c in node.values()]}
+
+
+def _nest(where: str, entries: Sequence[tuple[Sequence[Key], Any]]) -> Any:
     """The tree holding each entry's value at its keys.
 
     Dict keys keep the order of their first entry; list positions must run

@@ -1,0 +1,53 @@
+"""Recognising other formats' checkpoints by their files.
+
+One place knows what marks an Orbax, DCP or safetensors checkpoint on
+disk, so that a shardkeep function given one can name the function that
+reads it instead of failing on a missing ``_SHARDKEEP``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import dcp, orbax
+
+_SAFETENSORS_SUFFIXES = (".safetensors", ".safetensors.index.json")
+
+# The call that reads each format, as the hint names it.
+_READERS = {
+    "orbax": "shardkeep.load_orbax(path, target)",
+    "dcp": "shardkeep.load_dcp(path, target, allow_pickle=True)",
+    "safetensors": "shardkeep.load_safetensors(path, target)",
+}
+_NAMES = {"orbax": "an Orbax checkpoint", "dcp": "a PyTorch DCP checkpoint",
+          "safetensors": "safetensors"}
+
+
+def identify(path: str) -> str | None:
+    """"orbax", "dcp" or "safetensors" when the local ``path`` holds such a
+    checkpoint, else None (object stores are not looked at)."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    local = path.removeprefix("file://")
+    if os.path.isfile(local):
+        return "safetensors" if local.endswith(_SAFETENSORS_SUFFIXES) else None
+    if not os.path.isdir(local):
+        return None
+    names = os.listdir(local)
+    if orbax.holds_item(local, names):
+        return "orbax"
+    if dcp.METADATA_FILE in names:
+        return "dcp"
+    if any(name.endswith(_SAFETENSORS_SUFFIXES) for name in names):
+        return "safetensors"
+    return None
+
+
+def reader_hint(path: str) -> str | None:
+    """What to call for the other format's checkpoint at ``path``, or None."""
+    fmt = identify(path)
+    if fmt is None:
+        return None
+    return (f"{path} is {_NAMES[fmt]}, not a shardkeep checkpoint: read it with"
+            f" {_READERS[fmt]}, or convert it with shardkeep.convert(path, dst,"
+            f" source_format={fmt!r})")

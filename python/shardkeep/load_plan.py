@@ -1,0 +1,305 @@
+"""Planning a load: which boxes of which leaves this process needs.
+
+``plan`` turns a checkpoint's leaf descriptions (meta.json's "tree" and
+"leaves", whatever format they came from) and a target into a
+``LoadPlan``: for every target leaf, the boxes (``Slot``) to fill, in the
+dtype the target asks for and with the devices each goes to, and how the
+leaf's value is finished once they are filled. Nothing is read here: the
+executor (``load_executor``) runs a plan against a source, and the local
+tier computes its own fetches from the same plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import broadcast_load, dtypes, prng_keys, shardings, tree_codec
+from .errors import IncompatibleError, InvalidArgumentError
+
+_MAX_LISTED = 20
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class Slot:
+    """One box of one leaf that this process needs, in the dtype wanted.
+
+    ``buffer`` is the host array its bytes go to, chosen when the plan is
+    executed (mapped from a file, or allocated and read); ``placed`` the
+    key of its device arrays once the executor has scheduled them.
+    """
+
+    number: int          # the leaf's position in the checkpoint's leaves
+    path: str
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    devices: list | None = None  # where the box goes; None: it stays on the host
+    buffer: Any = None  # its numpy array, once the executor has chosen it
+    placed: Any = None
+
+    def request(self) -> tuple:
+        """The read of this box into its buffer, as sources take it."""
+        return (self.number, dtypes.name_of(self.dtype), list(self.origin), list(self.shape),
+                dtypes.as_bytes(self.buffer))
+
+
+class Finish(enum.Enum):
+    """How a leaf's value is built once its slots are filled."""
+
+    VALUE = "value"          # ``LeafPlan.value``, read from no box
+    HOST = "host"            # the one slot's numpy array
+    ITEM = "item"            # the one slot's element, as a Python scalar
+    DELIVER = "deliver"      # a host value in the form the target leaf asks for
+    SHARDED = "sharded"      # a jax.Array assembled from the slots' device arrays
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class LeafPlan:
+    """One target leaf: the boxes it needs and how its value is finished.
+
+    ``value``: for VALUE the value itself, for DELIVER the host array
+    (None: the one slot's buffer); ``target`` for DELIVER; ``shape``,
+    ``sharding`` and ``key_impl`` (typed PRNG keys) for SHARDED.
+    """
+
+    path: str
+    finish: Finish
+    slots: list[Slot] = dataclasses.field(default_factory=list)
+    value: Any = None
+    target: Any = None
+    shape: tuple[int, ...] = ()
+    sharding: jax.sharding.Sharding | None = None
+    key_impl: str | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class LoadPlan:
+    """What one process does to load one tree.
+
+    ``leaves`` in the target's leaf order (the checkpoint's without a
+    target); ``treedef`` rebuilds the target's structure, ``tree`` (the
+    meta's structure) the saved one when there is no target; ``sharing``
+    the load-and-broadcast plan when boxes are shared between processes.
+    """
+
+    where: str
+    leaves: list[LeafPlan]
+    treedef: Any = None
+    tree: dict = dataclasses.field(default_factory=dict)
+    sharing: broadcast_load.Plan | None = None
+
+    def slots(self) -> list[Slot]:
+        return [slot for leaf in self.leaves for slot in leaf.slots]
+
+    def rebuild(self, values: list) -> Any:
+        if self.treedef is None:
+            return tree_codec.rebuild(self.tree, values)
+        return jax.tree_util.tree_unflatten(self.treedef, values)
+
+
+def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool) -> LoadPlan:
+    """The plan of loading the leaves ``meta`` describes onto ``target``.
+
+    ``where`` prefixes error messages. See ``shardkeep.load`` for the
+    meaning of ``target`` and ``partial``; ``broadcast``: in a
+    multi-process job, boxes of jax-sharded target leaves that several
+    processes hold are read by one of them and sent to the others (see
+    ``broadcast_load``).
+    """
+    saved = meta["leaves"]
+    if target is None:
+        return LoadPlan(where, [_plan_leaf(where, i, leaf, None, None)
+                                for i, leaf in enumerate(saved)], tree=meta["tree"])
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
+    paths = [tree_codec.path_str(keys) for keys, _ in keyed]
+    numbers = _match(where, paths, saved, partial)
+    sharing = (broadcast_load.Plan(jax.process_index())
+               if broadcast and jax.process_count() > 1 else None)
+    leaves = [_plan_leaf(where, n, saved[n], t, sharing) for n, (_, t) in zip(numbers, keyed)]
+    return LoadPlan(where, leaves, treedef=treedef, sharing=sharing)
+
+
+def _match(where: str, target_paths: list[str], saved: list[dict], partial: bool) -> list[int]:
+    """The saved leaf number of each target leaf; errors list any mismatch.
+
+    A None in the checkpoint needs no counterpart in the target: it holds
+    nothing, and pytree libraries flatten empty nodes (optax's EmptyState)
+    to no leaf at all.
+    """
+    number = {leaf["path"]: i for i, leaf in enumerate(saved)}
+    if len(set(target_paths)) != len(target_paths):
+        dup = sorted({p for p in target_paths if target_paths.count(p) > 1})
+        raise InvalidArgumentError(f"{where}: target leaves share key paths {_listing(dup)}")
+    missing = [p for p in target_paths if p not in number]
+    wanted = set(target_paths)
+    extra = [] if partial else sorted(leaf["path"] for leaf in saved
+                                      if leaf["path"] not in wanted and leaf["kind"] != "none")
+    if missing or extra:
+        problems = []
+        if missing:
+            problems.append(f"target leaves not in the checkpoint: {_listing(missing)}")
+        if extra:
+            problems.append(f"checkpoint leaves not in the target: {_listing(extra)}"
+                            " (pass partial=True to load a subset)")
+        raise IncompatibleError(f"{where}: tree mismatch; " + "; ".join(problems))
+    return [number[p] for p in target_paths]
+
+
+def _listing(paths: list[str]) -> str:
+    shown = ", ".join(repr(p) for p in paths[:_MAX_LISTED])
+    more = len(paths) - _MAX_LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _plan_leaf(where: str, number: int, saved: dict, target: Any,
+               sharing: broadcast_load.Plan | None) -> LeafPlan:
+    kind, path = saved["kind"], saved["path"]
+    if kind == "none":
+        if target is not None:
+            raise IncompatibleError(f"{where}: leaf {path!r} is None in the checkpoint, the"
+                                    f" target wants {_describe(target)}")
+        return LeafPlan(path, Finish.VALUE)
+    if kind == "string":
+        if target is not None and not isinstance(target, str):
+            raise IncompatibleError(f"{where}: leaf {path!r} is a str in the checkpoint, the"
+                                    f" target wants {_describe(target)}")
+        return LeafPlan(path, Finish.VALUE, value=saved["value"])
+    if kind == "scalar":
+        return _plan_scalar(where, saved, target)
+    if _wants_keys(saved, target):
+        return _plan_keys(where, number, saved, target, sharing)
+    return _plan_array(where, number, saved, target, sharing)
+
+
+def _wants_keys(saved: dict, target: Any) -> bool:
+    """Typed PRNG keys are built for a typed-key target and, without a
+    target, for leaves saved from typed keys; any other target (uint32 key
+    data included) takes the stored data as it is."""
+    if target is None:
+        return saved.get("prng_impl") is not None
+    return hasattr(target, "dtype") and prng_keys.is_key(target.dtype)
+
+
+def _plan_keys(where: str, number: int, saved: dict, target: Any,
+               sharing: broadcast_load.Plan | None) -> LeafPlan:
+    """Typed keys from stored key data: with the target's implementation,
+    shape and sharding, or without a target the saved ones (the saved
+    sharding when this job has its devices, else the default device).
+    Key data saved by hand (uint32, no "prng_impl") loads onto a typed-key
+    target of matching shape too."""
+    path, stored = saved["path"], tuple(saved["shape"])
+    saved_impl = saved.get("prng_impl")
+    if target is None:
+        impl = saved_impl
+        shape = stored[:max(len(stored) - len(prng_keys.key_shape(impl)), 0)]
+        sharding = shardings.rebuild(saved.get("sharding")) or _default_sharding()
+    else:
+        impl = prng_keys.impl_name(target.dtype)
+        if saved_impl not in (None, impl):
+            raise IncompatibleError(f"{where}: leaf {path!r} holds {saved_impl} keys in the"
+                                    f" checkpoint, the target wants {impl} keys")
+        shape = tuple(target.shape)
+        sharding = target_sharding(where, path, target)
+    needed = shape + prng_keys.key_shape(impl)
+    if saved["dtype"] != prng_keys.DATA_DTYPE.name or stored != needed:
+        raise IncompatibleError(
+            f"{where}: leaf {path!r} is {saved['dtype']}{list(stored)} in the checkpoint;"
+            f" {impl} keys of shape {list(shape)} need key data of uint32{list(needed)}")
+    return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, sharing,
+                         key_impl=impl)
+
+
+def _plan_scalar(where: str, saved: dict, target: Any) -> LeafPlan:
+    value = _decode_scalar(saved)
+    if target is None or isinstance(target, (bool, int, float)):
+        return LeafPlan(saved["path"], Finish.VALUE, value=value)
+    _check_target_shape(where, saved["path"], (), target)
+    host = np.asarray(value, dtypes.from_name(saved["dtype"])).astype(np.dtype(target.dtype))
+    return LeafPlan(saved["path"], Finish.DELIVER, value=host, target=target)
+
+
+def _decode_scalar(saved: dict):
+    value = saved["value"]
+    if saved["dtype"] == "float64":
+        return float(value)  # float("nan") etc. decode the non-finite spellings too.
+    return bool(value) if saved["dtype"] == "bool" else int(value)
+
+
+def _plan_array(where: str, number: int, saved: dict, target: Any,
+                sharing: broadcast_load.Plan | None) -> LeafPlan:
+    path, shape = saved["path"], tuple(saved["shape"])
+    whole = (0,) * len(shape)
+    if target is None or isinstance(target, (bool, int, float)):
+        slot = Slot(number, path, whole, shape, dtypes.from_name(saved["dtype"]))
+        if target is None:
+            return LeafPlan(path, Finish.HOST, [slot])
+        _check_target_shape(where, path, shape, np.asarray(target))
+        return LeafPlan(path, Finish.ITEM, [slot])
+    _check_target_shape(where, path, shape, target)
+    dtype = np.dtype(target.dtype)
+    if isinstance(target, (np.ndarray, np.generic)):
+        return LeafPlan(path, Finish.DELIVER, [Slot(number, path, whole, shape, dtype)],
+                        target=target)
+    return _plan_sharded(number, path, shape, dtype, target_sharding(where, path, target),
+                         sharing)
+
+
+def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
+                  sharding: jax.sharding.Sharding, sharing: broadcast_load.Plan | None,
+                  key_impl: str | None = None) -> LeafPlan:
+    """A jax.Array of ``shape`` with ``sharding``; with ``key_impl``, typed
+    keys whose stored data has the implementation's key shape appended.
+    With ``sharing``, its boxes join that load-and-broadcast plan."""
+    key_shape = prng_keys.key_shape(key_impl) if key_impl else ()
+    key_origin = (0,) * len(key_shape)
+    slots = [Slot(number, path, origin + key_origin, extent + key_shape, dtype, devices)
+             for (origin, extent), devices in
+             shardings.addressable_boxes(sharding, shape).items()]
+    if sharing is not None:
+        sharing.add_leaf(number, path, sharding, shape, key_shape, dtype, slots)
+    return LeafPlan(path, Finish.SHARDED, slots, shape=shape, sharding=sharding,
+                    key_impl=key_impl)
+
+
+def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:
+    if not hasattr(target, "shape") or not hasattr(target, "dtype"):
+        raise InvalidArgumentError(
+            f"{where}: target leaf {path!r} is a {type(target).__name__}; targets are"
+            " jax.ShapeDtypeStruct, jax/numpy arrays, numpy/Python scalars, str or None")
+    if tuple(target.shape) != tuple(saved_shape):
+        raise IncompatibleError(
+            f"{where}: leaf {path!r} has shape {tuple(saved_shape)} in the checkpoint, the"
+            f" target wants {tuple(target.shape)}")
+
+
+def target_sharding(where: str, path: str, target) -> jax.sharding.Sharding:
+    """The sharding a jax target leaf asks for (a concrete one)."""
+    sharding = getattr(target, "sharding", None)
+    if not isinstance(sharding, jax.sharding.Sharding):
+        # A ShapeDtypeStruct without a sharding asks for a jax.Array: put it
+        # where JAX puts new arrays.
+        return _default_sharding()
+    if isinstance(sharding, jax.sharding.NamedSharding) and shardings.is_abstract(sharding):
+        concrete = shardings.on_current_mesh(sharding)
+        if concrete is None:
+            raise InvalidArgumentError(
+                f"{where}: target leaf {path!r} is sharded over an abstract mesh"
+                f" ({sharding.mesh}) and no concrete mesh of that shape is set; load inside"
+                " `with jax.set_mesh(mesh):` or give NamedSharding(mesh, spec) targets")
+        return concrete
+    return sharding
+
+
+def _default_sharding() -> jax.sharding.Sharding:
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+
+def _describe(target) -> str:
+    if hasattr(target, "shape") and hasattr(target, "dtype"):
+        return f"{type(target).__name__} {np.dtype(target.dtype).name}{list(target.shape)}"
+    return type(target).__name__

@@ -1,0 +1,93 @@
+"""Where a load's bytes come from: the ``Source`` interface and the core
+reader's source.
+
+A source describes its leaves as meta.json does ("tree" and "leaves":
+path, kind, dtype, shape, prng_impl, sharding; see docs/FORMAT.md) and
+fills read requests: ``(leaf number, dtype name, origin, shape, buffer)``,
+the box of that leaf in that dtype into ``buffer`` (flat uint8), cast by
+the core's rules. The load executor (``load_executor``) needs nothing
+else, so a new input format is a new source, not a new load path. Sources
+here: ``CoreSource`` (shardkeep checkpoints and safetensors files, through
+the C++ reader), the Orbax and DCP sources (``interop``) and the local
+tier's pieces (``local_restore``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from . import file_mapping
+
+
+class Verify(Protocol):
+    def verify(self) -> None: ...
+
+
+class _NothingMapped:
+    def verify(self) -> None:
+        pass
+
+
+NOTHING_MAPPED: Verify = _NothingMapped()
+
+
+class Source:
+    """The interface of a load's source (see the module's description).
+
+    ``where`` names the checkpoint in errors. ``read`` fills the requests'
+    buffers (all requests of a load in one call, so a source can run them
+    in parallel); ``ranges`` says, from the index alone, which stored
+    ranges a read of each request (buffer None) would fetch, as
+    ``(name, start, stop)`` spans: load-and-broadcast cuts a shared box
+    only where no stored range falls in two pieces. ``map_boxes`` may give
+    slots buffers mapped from files instead of read (the default maps
+    nothing).
+    """
+
+    where: str
+
+    def meta(self) -> dict:
+        raise NotImplementedError
+
+    def read(self, requests: list[tuple]) -> None:
+        raise NotImplementedError
+
+    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+        raise NotImplementedError
+
+    def map_boxes(self, slots: list) -> Verify:
+        return NOTHING_MAPPED
+
+
+class CoreSource(Source):
+    """Checkpointable ``name`` of a ``_core.Reader`` (a shardkeep checkpoint
+    or safetensors files): the core reads, casts and verifies, and with
+    ``map_files`` raw chunks of local files are mapped (``file_mapping``).
+    ``meta`` replaces the reader's description (safetensors renames its
+    leaves after the target's key paths)."""
+
+    def __init__(self, reader, name: str, where: str, core_options, *, map_files: bool,
+                 meta: dict | None = None):
+        self.where = where
+        self._reader, self._name, self._options = reader, name, core_options
+        self._map_files = map_files
+        self._meta = meta
+
+    def meta(self) -> dict:
+        if self._meta is None:
+            self._meta = self._reader.meta(self._name)
+        return self._meta
+
+    def read(self, requests: list[tuple]) -> None:
+        self._reader.read(self._name, requests, self._options)
+
+    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+        return [[(file, offset, offset + length) for file, offset, length in one]
+                for one in self._reader.ranges(self._name, requests, self._options)]
+
+    def map_boxes(self, slots: list) -> Verify:
+        if not self._map_files or not slots:
+            return NOTHING_MAPPED
+        mapper = file_mapping.FileMapper()
+        mapper.map_boxes(self._reader, self._name, slots, self._options)
+        return mapper
