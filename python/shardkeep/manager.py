@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import json
 import logging
 import math
@@ -72,9 +71,6 @@ _STEP_NAME = re.compile(r"[0-9]+")
 _TMP_SUFFIX = ".shardkeep-tmp"
 # Slack on top of Options.timeout_s, which already bounds every wait of a save.
 _WAIT_SLACK_S = 60.0
-# Numbers the managers of a process; every process creates its managers in
-# the same order, so the numbers name the same manager on all of them.
-_manager_numbers = itertools.count()
 
 
 @dataclasses.dataclass
@@ -159,7 +155,6 @@ class CheckpointManager:
         self._options = options_lib.resolve(options)
         self._width = step_width
         self._primary = jax.process_index() == 0
-        self._number = next(_manager_numbers)
 
         self._lock = threading.Lock()  # guards the fields up to _errors
         self._steps: dict[int, dict] = {}       # committed step -> its metrics
@@ -179,7 +174,7 @@ class CheckpointManager:
         if local_root is not None:
             self._local = local_tier.LocalTier(
                 local_root, interval=local_save_interval_steps, keep_last=local_keep_last,
-                options=self._options, width=step_width, number=self._number)
+                options=self._options, width=step_width, job=self._root)
         self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
                                         daemon=True)
         self._worker.start()
@@ -431,7 +426,8 @@ class CheckpointManager:
         may still be finishing for an earlier manager of the same root.
         """
         bridge = distributed.coordination()
-        key = f"shardkeep/manager/{self._number}/{self._root}/steps"
+        key = distributed.agree("manager listing", self._root,
+                                self._options.timeout_s) + "/steps"
         if self._primary:
             found = self._list_root()
             bridge.set(key, json.dumps(found))

@@ -55,7 +55,7 @@ def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
     puts = _DevicePuts()
     if target is None:
         plans = [_plan_leaf(where, i, leaf, None, puts, None) for i, leaf in enumerate(saved)]
-        values = _run(reader, name, plans, puts, None, core_options, map_files)
+        values = _run(reader, where, name, plans, puts, None, core_options, map_files)
         return tree_codec.rebuild(meta["tree"], values)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
@@ -65,7 +65,7 @@ def restore_pytree(reader, where: str, name: str, meta: dict, target: Any, *,
     plans = [_plan_leaf(where, n, saved[n], t, puts, sharing)
              for n, (_, t) in zip(numbers, keyed)]
     return jax.tree_util.tree_unflatten(
-        treedef, _run(reader, name, plans, puts, sharing, core_options, map_files))
+        treedef, _run(reader, where, name, plans, puts, sharing, core_options, map_files))
 
 
 def _match(where: str, target_paths: list[str], saved_paths: list[str],
@@ -94,7 +94,7 @@ def _listing(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts",
+def _run(reader, where: str, name: str, plans: list[_Plan], puts: "_DevicePuts",
          sharing: broadcast_load.Plan | None, core_options, map_files: bool) -> list:
     slots = [slot for leaf_slots, _ in plans for slot in leaf_slots]
     shared = set()
@@ -118,7 +118,7 @@ def _run(reader, name: str, plans: list[_Plan], puts: "_DevicePuts",
         reader.read(name, requests, core_options)
     mapper.verify()
     if sharing is not None:
-        sharing.exchange(core_options.timeout_s)
+        sharing.exchange(f"load of {where}", core_options.timeout_s)
     for slot in slots:
         if slot.devices is not None:
             slot.key = puts.add(slot.buffer, slot.devices)
