@@ -58,10 +58,9 @@ import numpy as np
 
 from . import _core, distributed
 from . import options as options_lib
-from . import leftovers, local_tier, retention, staging_pool
+from . import leftovers, local_tier, named_parts, retention, staging_pool
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
-from .load import load as load_state
-from .load import load_checkpointables
+from .load import load
 from .preemption import PreemptionWatch
 from .save import SaveFuture, save_checkpointables_async
 
@@ -106,11 +105,11 @@ class CheckpointManager:
     ``save(step, tree_or_checkpointables)`` writes ``<root>/<step>`` (the step
     zero-padded to ``step_width`` digits) when the step is due: a multiple
     of ``save_interval_steps``, ``force=True``, or the step at which a
-    preemption notice was agreed. A plain ``dict`` is saved as
-    checkpointables (each top-level key can be loaded alone); anything
-    else, Mapping pytrees such as ``flax.nnx.State`` included, as the
-    single checkpointable "state". With ``async_save`` the call returns after the
-    device-to-host copy and at most one save is in flight.
+    preemption notice was agreed. A ``shardkeep.Checkpointables`` is saved
+    as its named parts (each loadable alone); anything else, a plain dict
+    included, as the one tree "state", as ``shardkeep.save`` does (see
+    ``shardkeep.named_parts``). With ``async_save`` the call returns after
+    the device-to-host copy and at most one save is in flight.
 
     Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
     ``best_metric`` in ``best_mode``) runs after each commit; see
@@ -247,8 +246,7 @@ class CheckpointManager:
         if not (due or local_due):
             return False
         metrics = _plain_metrics(metrics)
-        items = (dict(tree_or_checkpointables) if _names_checkpointables(tree_or_checkpointables)
-                 else {"state": tree_or_checkpointables})
+        items = named_parts.to_save(tree_or_checkpointables)
         if due:
             self._save_persistent(step, items, metrics)
         if local_due:
@@ -289,10 +287,10 @@ class CheckpointManager:
              options: options_lib.Options | None = None) -> Any:
         """Loads committed step ``step`` (None: the latest).
 
-        ``target`` None loads every checkpointable and returns a dict of
-        them; a plain ``dict`` names the checkpointables to load (reading
-        no others) with their targets and returns a dict; anything else is
-        the target of the checkpointable "state", which is returned alone.
+        ``target`` is that of ``shardkeep.load``: a ``Checkpointables``
+        names the parts to load (reading no others; an empty one loads
+        every part) and a Checkpointables is returned; anything else, None
+        and plain dicts included, is the target of "state", returned alone.
         The step is not deleted while it is being loaded. ``options`` None
         are the manager's; given ones without ``s3`` settings take the
         manager's, so the root's store is the one read.
@@ -312,10 +310,7 @@ class CheckpointManager:
         elif options.s3 is None:  # the root's store stays the one to read from
             options = dataclasses.replace(options, s3=self._options.s3)
         try:
-            if target is None or _names_checkpointables(target):
-                return load_checkpointables(path, target, partial=partial,
-                                                     options=options)
-            return load_state(path, target, partial=partial, options=options)
+            return load(path, target, partial=partial, options=options)
         finally:
             self._release(step)
 
@@ -338,12 +333,11 @@ class CheckpointManager:
         persistent = self.latest_step()
         decision = self._local.decide() if self._local is not None else None
         if decision is not None and (persistent is None or decision.step >= persistent):
-            whole = target is None or _names_checkpointables(target)
-            targets = target if whole else {"state": target}
             if options is None:
                 options = self._options
-            values = self._local.load(decision, targets, partial=partial, options=options)
-            return decision.step, values if whole else values["state"]
+            values = self._local.load(decision, named_parts.to_load(target), partial=partial,
+                                      options=options)
+            return decision.step, named_parts.loaded(target, values)
         if decision is not None:
             logger.info("local step %d is older than persistent step %d, which is loaded",
                         decision.step, persistent)
@@ -610,15 +604,6 @@ class CheckpointManager:
     def _not_committed(self, step: int) -> str:
         return (f"step {step} is not a committed checkpoint under {self._root!r};"
                 f" committed steps: {sorted(self._steps)}")
-
-
-def _names_checkpointables(value: Any) -> bool:
-    """Whether ``value`` maps checkpointable names to values or targets.
-
-    Only a plain dict does: Mapping pytree nodes (``flax.nnx.State``,
-    FrozenDict) are trees whose keys are module attributes, not parts.
-    """
-    return type(value) is dict
 
 
 def _root_url(root) -> str:

@@ -28,6 +28,7 @@ class Checkpointables(Mapping[str, Any]):
     """
 
     __slots__ = ("_parts",)
+    _parts: dict[str, Any]
 
     def __init__(self, parts: Mapping[str, Any] | None = None, /, **named: Any):
         merged = dict(parts or {})
