@@ -103,7 +103,7 @@ def evaluate(root: str, config: model.Config) -> tuple[int, float]:
         step = mgr.latest_step()
         info = sk.metadata(mgr.step_path(step))
         began = time.perf_counter()
-        params = mgr.load(step, {"params": target})["params"]
+        params = mgr.load(step, sk.Checkpointables(params=target))["params"]
         took = time.perf_counter() - began
     size = sum(leaf.bytes for leaf in info.checkpointables["params"].leaves)
     print(f"  loaded checkpointable 'params' of step {step} ({size / 2**20:.2f} MiB) in"

@@ -79,9 +79,9 @@ def train(config: model.Config, root: str, *, steps: int, save_every: int,
             log("no checkpoint yet: training from scratch")
         else:
             began = time.perf_counter()
-            target = {"params": abstract(fresh["params"]),
-                      "opt_state": abstract(fresh["opt_state"]), "data": None}
-            restored = mgr.load(start, target)
+            target = sk.Checkpointables(params=abstract(fresh["params"]),
+                                        opt_state=abstract(fresh["opt_state"]), data=None)
+            restored = dict(mgr.load(start, target))
             data = restored.pop("data")
             assert data["next_step"] == start, data
             state = restored
@@ -106,7 +106,8 @@ def train(config: model.Config, root: str, *, steps: int, save_every: int,
                 log(f"step {step} loss {float(loss):.4f}"
                     f" ({(time.perf_counter() - timer) / (step - start) * 1e3:.0f} ms/step)")
             save_began = time.perf_counter()
-            items = {**state, "data": sk.JsonValue({"next_step": done, "seed": config.seed})}
+            items = sk.Checkpointables(state, data=sk.JsonValue({"next_step": done,
+                                                                 "seed": config.seed}))
             if mgr.save(done, items, metrics={"loss": loss}, force=done == steps):
                 log(f"saving step {done}: training blocked"
                     f" {(time.perf_counter() - save_began) * 1e3:.1f} ms")

@@ -3,6 +3,9 @@
     import shardkeep as sk
     sk.save("/ckpt/1", {"params": params, "opt_state": opt_state})
     state = sk.load("/ckpt/1", abstract_state)
+
+A value to save (or a target) is one tree, the checkpointable "state",
+unless it is an ``sk.Checkpointables(...)`` of named parts.
 """
 
 from .array_source import ArraySource
@@ -14,6 +17,7 @@ from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .interop import convert, load_dcp, load_orbax
 from .load import load, load_checkpointables
 from .manager import CheckpointManager
+from .named_parts import Checkpointables
 from .options import Options
 from .safetensors_load import load_safetensors
 from .s3_settings import S3Settings
@@ -22,7 +26,7 @@ from .save import (SaveFuture, save, save_async, save_checkpointables,
 from .staging_pool import release as release_staging_memory
 
 __all__ = [
-    "ArraySource", "CheckpointManager", "CommitStateUnknownError", "OutOfSpaceError",
+    "ArraySource", "CheckpointManager", "Checkpointables", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",

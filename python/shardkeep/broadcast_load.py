@@ -187,12 +187,13 @@ class Plan:
         return [(p.box.slot, *p.box.part((p.start, p.stop)), p.buffer())
                 for p in self._chosen() if p.reader == self._me and id(p.box.slot) in shared]
 
-    def exchange(self, timeout_s: float) -> None:
+    def exchange(self, name: str, timeout_s: float) -> None:
         """Sends the pieces this process read to their other holders and
         fills the pieces it receives. Collective: every process calls it
-        once its own reads are done (their buffers filled); ``timeout_s``
-        bounds each wait for the other processes."""
-        for batch in self._batches():
+        once its own reads are done (their buffers filled), with the same
+        ``name`` (the load's); ``timeout_s`` bounds each wait for the other
+        processes."""
+        for number, batch in enumerate(self._batches()):
             outgoing: dict[int, list[np.ndarray]] = collections.defaultdict(list)
             expected: dict[int, list[_Piece]] = collections.defaultdict(list)
             for piece in batch:
@@ -206,7 +207,8 @@ class Plan:
             # Received straight into the slot buffers: no second copy.
             into = {reader: [dtypes.as_bytes(piece.buffer()) for piece in pieces]
                     for reader, pieces in expected.items()}
-            received = exchange.exchange_bytes(dict(outgoing), into=into, timeout_s=timeout_s)
+            received = exchange.exchange_bytes(dict(outgoing), name=f"{name}, batch {number}",
+                                               into=into, timeout_s=timeout_s)
             self._fill(expected, received)
 
     def _chosen(self) -> list[_Piece]:

@@ -19,11 +19,46 @@ Barriers name the processes that did not arrive: before waiting, each
 process records ``<barrier>/arrived/<process_index>`` in the key-value store;
 when the wait fails, the arrivals are listed and the missing processes named
 in the error.
+
+Operation ids are agreed, never counted (``agree``). Every collective
+operation (a save, a manager's first listing, a byte exchange, a local-tier
+restore) is named by what every process passes to it identically: its kind
+and its subject (the checkpoint path, the manager's root, the exchange's
+name). Its keys and barriers live under an id that the processes agree on
+in the key-value store before they start:
+
+1. The id is ``<kind>/<hash of subject>/<n>.<a>``: the n-th occurrence of
+   that kind and subject (a forced re-save of one path is its second), at
+   attempt a. Each attempt has a verdict key, written once: "go" when
+   every process arrived, or "void" with the processes that arrived and
+   those that did not.
+2. A process skips the attempts that already have a verdict ("go": an
+   occurrence it took part in; "void": one abandoned before it came) and
+   records its arrival at the first undecided one.
+3. Process 0 waits for every arrival and writes "go"; the others wait for
+   the verdict. A process that reaches its deadline (``timeout_s`` from
+   its call) lists the arrivals and writes "void" (or "go", if everyone is
+   there after all); the first verdict written holds for everyone.
+4. "go": the operation runs under that id, used by no other operation.
+   "void": a process that had arrived fails with an error naming the
+   operation and the processes that did not join; one that arrived after
+   the verdict moves on to the next attempt, within its own deadline.
+
+So a process that makes a call the others do not fails within its
+``timeout_s`` with that error, and no count moves: the next operation that
+all processes make agrees at once. No barrier id is ever waited on twice
+(JAX numbers the uses of a barrier id per process, so a reused id that
+timed out once would fail or hang for good). Each process caches how far it
+has seen the verdicts of each kind and subject; the cache only saves
+look-ups, the verdicts in the service decide.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+import time
 from typing import Any, Callable
 
 import jax
@@ -50,6 +85,19 @@ def coordinator() -> "_core.Coordinator | None":
     bridge = coordination()
     return _core.callback_coordinator(bridge.process_index, count, bridge.barrier,
                                       bridge.set, bridge.get, bridge.try_get)
+
+
+def agree(kind: str, subject: str, timeout_s: float) -> str:
+    """The agreed id of this process's next collective ``kind`` of ``subject``
+    (see "Operation ids" above); "" in a single-process job.
+
+    Raises shardkeep.TimeoutError, naming the operation and the processes
+    that did not join, when they do not all make this call within
+    ``timeout_s`` seconds.
+    """
+    if jax.process_count() == 1:
+        return ""
+    return coordination().agree(kind, subject, timeout_s)
 
 
 def coordination() -> "JaxCoordination":
@@ -147,27 +195,86 @@ class JaxCoordination:
             raise ShardkeepError(
                 f"barrier '{key}' failed in JAX's coordination service ({who}):"
                 f" {_first_line(e)}") from e
-        # Everyone arrived, so no process will list the arrivals: keep the
-        # service's store from growing by a key per process and save.
+        # Everyone arrived, so no process will list the arrivals.
+        self._forget(arrived)
+
+    def _forget(self, key: str) -> None:
+        """Deletes ``key`` if the client can, so that the service's store
+        does not grow by a key per process and operation; best effort."""
         delete = getattr(self._client, "key_value_delete", None)
         if delete is not None:
             try:
-                delete(arrived)
+                delete(key)
             except Exception:  # noqa: BLE001 - best effort.
                 pass
 
     def _missing(self, key: str) -> list[int] | None:
         """The processes without an arrival record for barrier ``key``."""
         try:
-            entries = self._client.key_value_dir_get(f"{key}/arrived/")
+            arrived = self._arrivals(f"{key}/arrived/")
         except Exception:  # noqa: BLE001 - the service may be gone.
             return None
+        return [p for p in range(self.process_count) if p not in arrived]
+
+    def _arrivals(self, folder: str) -> set[int]:
+        """The process indices recorded under ``folder`` of the key-value store."""
         arrived = set()
-        for name, _ in entries:
+        for name, _ in self._client.key_value_dir_get(folder):
             tail = name.rsplit("/", 1)[-1]
             if tail.isdigit():
                 arrived.add(int(tail))
-        return [p for p in range(self.process_count) if p not in arrived]
+        return arrived
+
+    def agree(self, kind: str, subject: str, timeout_s: float) -> str:
+        """See ``agree``; the steps are those of the module docstring."""
+        deadline = time.monotonic() + timeout_s
+        base = f"shardkeep/op/{kind}/{hashlib.sha256(subject.encode()).hexdigest()[:16]}"
+        n, a = _seen.get(self._client, base)
+        while True:
+            verdict = self.try_get(f"{base}/{n}.{a}/verdict")
+            if verdict is None:
+                verdict = self._join(f"{base}/{n}.{a}", deadline)
+            if verdict == _GO:
+                _seen.note(self._client, base, (n + 1, 0))
+                self._forget(f"{base}/{n}.{a}/arrived/{self.process_index}")
+                return f"{base}/{n}.{a}"
+            void = json.loads(verdict)
+            _seen.note(self._client, base, (n, a + 1))
+            if self.process_index in void["arrived"]:
+                raise TimeoutError(
+                    f"{kind} of {subject!r}: processes {void['missing']} did not join it"
+                    f" within {timeout_s:g} s (processes {void['arrived']} did); every process"
+                    f" of the job must make the same collective calls, and this {kind} was"
+                    " made by some processes only (later calls made by all are unaffected)")
+            a += 1
+
+    def _join(self, key: str, deadline: float) -> str:
+        """Records this process's arrival at attempt ``key``; returns its verdict."""
+        self._client.key_value_set(f"{key}/arrived/{self.process_index}", "1",
+                                   allow_overwrite=True)
+        try:
+            if self.process_index == 0:
+                for q in range(1, self.process_count):
+                    self.get(f"{key}/arrived/{q}", max(0.0, deadline - time.monotonic()))
+                self._decide(key, _GO)
+            else:
+                self.get(f"{key}/verdict", max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            arrived = sorted(self._arrivals(f"{key}/arrived/"))
+            missing = [p for p in range(self.process_count) if p not in arrived]
+            self._decide(key, json.dumps({"arrived": arrived, "missing": missing})
+                         if missing else _GO)
+        verdict = self.try_get(f"{key}/verdict")
+        if verdict is None:
+            raise ShardkeepError(f"the verdict of operation '{key}' vanished from JAX's"
+                                 " coordination service")
+        return verdict
+
+    def _decide(self, key: str, verdict: str) -> None:
+        try:
+            self.set(f"{key}/verdict", verdict)
+        except AlreadyExistsError:
+            pass  # another process decided first; its verdict holds
 
     def set(self, key: str, value: str) -> None:
         try:
@@ -202,3 +309,31 @@ class JaxCoordination:
             raise ShardkeepError(
                 f"getting key '{key}' from JAX's coordination service failed:"
                 f" {_first_line(e)}") from e
+
+
+_GO = "go"
+
+
+class _Seen:
+    """How far this process has seen the verdicts of each operation name:
+    {name: (occurrence, attempt)} for the current client (a new
+    ``jax.distributed.initialize`` starts afresh)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._positions: dict[str, tuple[int, int]] = {}
+
+    def get(self, client, name: str) -> tuple[int, int]:
+        with self._lock:
+            if client is not self._client:
+                self._client, self._positions = client, {}
+            return self._positions.get(name, (0, 0))
+
+    def note(self, client, name: str, position: tuple[int, int]) -> None:
+        with self._lock:
+            if client is self._client:
+                self._positions[name] = max(position, self._positions.get(name, (0, 0)))
+
+
+_seen = _Seen()

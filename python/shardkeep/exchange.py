@@ -22,6 +22,12 @@ How it works:
    so the common patterns (a ring: one shift; replicas of one box: a few)
    cost one collective each.
 
+Every exchange has a name that every process passes identically (the
+load and batch, the local step it copies); the processes agree on its id
+by that name (``distributed.agree``), so an exchange that some processes
+do not make fails at once for those that do, naming the others, and the
+later exchanges are unaffected.
+
 The bytes are uint8 end to end, so the exchange is bit-exact whatever the
 buffers hold. On accelerators they go host -> device -> interconnect
 (NCCL, ICI) -> device -> host; on CPU, JAX's gloo collectives carry them,
@@ -32,7 +38,6 @@ which must be chosen before ``jax.distributed.initialize``:
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from typing import Mapping, Sequence
 
@@ -47,15 +52,16 @@ _ROUND_BYTES = 64 << 20
 # The least a round is padded to: tiny exchanges share one compiled function.
 _MIN_ROUND_BYTES = 64 << 10
 _DEFAULT_TIMEOUT_S = 600.0
-# Numbers the calls of this process; all processes call in the same order,
-# so the numbers name the same exchange everywhere.
-_calls = itertools.count()
 
 
-def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
+def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *, name: str,
                    into: Mapping[int, Sequence[np.ndarray]] | None = None,
                    timeout_s: float = _DEFAULT_TIMEOUT_S) -> dict[int, list[np.ndarray]]:
     """Sends each destination its buffers; returns what others sent here.
+
+    ``name`` says which exchange this is, identically on every process
+    (e.g. "load of /ckpt/7/state, batch 2"): the processes agree on it
+    before any byte moves.
 
     ``outgoing`` maps a destination process index to a list of contiguous
     buffers (any dtype; sent as their bytes). The result maps every source
@@ -64,18 +70,19 @@ def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
     back as they are. ``into`` may name, per source, the contiguous buffers
     its buffers are received into (one each, of the same sizes, in order):
     the bytes then go straight there and those buffers are returned; if they
-    do not match what the source sends, fresh ones are returned instead. ``timeout_s`` bounds the wait for the other processes' sizes (a
-    process that never calls fails the others after it).
+    do not match what the source sends, fresh ones are returned instead.
+    ``timeout_s`` bounds each wait for the other processes (a process that
+    never calls fails the others after it, naming it).
     """
     count, me = jax.process_count(), jax.process_index()
     sends = _checked(outgoing, count)
-    number = next(_calls)
     incoming: dict[int, list[np.ndarray]] = {}
     if sends[me]:
         incoming[me] = sends[me]
     if count == 1:
         return incoming
-    sizes = _agree_sizes(number, me, count, [[b.size for b in bufs] for bufs in sends],
+    operation = distributed.agree("exchange", name, timeout_s)
+    sizes = _agree_sizes(operation, me, count, [[b.size for b in bufs] for bufs in sends],
                          timeout_s)
     for shift in range(1, count):
         widest = max(sum(sizes[p][(p + shift) % count]) for p in range(count))
@@ -85,7 +92,7 @@ def exchange_bytes(outgoing: Mapping[int, Sequence[np.ndarray]], *,
         expected = sizes[source][me]
         destinations = _destinations(into, source, expected)
         _permute_stream(sends[(me + shift) % count], destinations, widest, shift, count,
-                        number)
+                        operation)
         if expected:
             incoming[source] = destinations
     return incoming
@@ -125,11 +132,11 @@ def _checked(outgoing: Mapping[int, Sequence[np.ndarray]], count: int) -> list[l
     return sends
 
 
-def _agree_sizes(number: int, me: int, count: int, mine: list[list[int]],
+def _agree_sizes(operation: str, me: int, count: int, mine: list[list[int]],
                  timeout_s: float) -> list[list[list[int]]]:
     """sizes[p][q]: the lengths of the buffers process p sends process q."""
     coordination = distributed.coordination()
-    key = f"shardkeep/exchange/{number}/sizes"
+    key = f"{operation}/sizes"
     coordination.set(f"{key}/{me}", json.dumps(mine))
     sizes = []
     for p in range(count):
@@ -139,7 +146,7 @@ def _agree_sizes(number: int, me: int, count: int, mine: list[list[int]],
 
 
 def _permute_stream(buffers: list[np.ndarray], destinations: list[np.ndarray], widest: int,
-                    shift: int, count: int, number: int) -> None:
+                    shift: int, count: int, operation: str) -> None:
     """Sends the concatenation of ``buffers`` to process me+shift and
     receives what process me-shift sends into ``destinations``, in rounds."""
     # 64-byte aligned, so that the CPU client adopts it without a copy.
@@ -151,7 +158,7 @@ def _permute_stream(buffers: list[np.ndarray], destinations: list[np.ndarray], w
         send_round = send_buffer[:_round_size(widest - start)]
         filled = outgoing.copy_into(send_round)
         send_round[filled:] = 0
-        incoming.copy_from(_permute(send_round, shift, count, number))
+        incoming.copy_from(_permute(send_round, shift, count, operation))
         start += send_round.size
 
 
@@ -190,7 +197,7 @@ class _Pieces:
         return done
 
 
-def _permute(send: np.ndarray, shift: int, count: int, number: int) -> np.ndarray:
+def _permute(send: np.ndarray, shift: int, count: int, operation: str) -> np.ndarray:
     """One round: ``send`` goes to process me+shift; returns what me-shift sent."""
     mesh = _mesh()
     me = jax.process_index()
@@ -207,7 +214,7 @@ def _permute(send: np.ndarray, shift: int, count: int, number: int) -> np.ndarra
                     " jax.distributed.initialize: jax.config.update("
                     "\"jax_cpu_collectives_implementation\", \"gloo\")")
         raise ShardkeepError(
-            f"exchange {number}: sending {send.size} bytes to process {(me + shift) % count}"
+            f"exchange '{operation}': sending {send.size} bytes to process {(me + shift) % count}"
             f" and receiving from process {(me - shift) % count} through JAX collectives"
             f" failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
             f"{hint}") from e

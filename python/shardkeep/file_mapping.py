@@ -31,10 +31,10 @@ from . import _core, dtypes, host_memory
 from .errors import CorruptionError
 
 # Verifying a cold file is reading it, by page faults (each reads ahead):
-# more threads than cores keep more reads in flight. On the benchmark VM a
-# cold 4 GiB load took 2.3-2.9 s with 8 threads, 2.7-3.5 s with as many as
-# cores (2); an madvise(WILLNEED) of every range up front was slower (it
-# submits the reads one range at a time, on the calling thread).
+# more threads than cores keep more reads in flight; an madvise(WILLNEED)
+# of every range up front does not help, as it submits the reads one range
+# at a time on the calling thread (docs/DESIGN_NOTES.md, "Mapping instead
+# of reading", has the figures).
 _VERIFY_THREADS = 8
 
 

@@ -2,12 +2,12 @@
 
 Loads and async-save staging fill gigabytes of freshly allocated memory.
 With 4 KiB pages the kernel takes one page fault per 4 KiB on first touch,
-and on virtual machines those faults, not the copy, dominate: filling a
-fresh 1 GiB numpy buffer took 1.8 s on the benchmark VM, against 0.23 s for
-the same buffer mapped with transparent huge pages (MADV_HUGEPAGE, which
-the common ``enabled=madvise`` setting honours) and 0.1 s for the copy
-alone. So large buffers are anonymous mappings advised to use huge pages;
-where the kernel has none to give, they behave like any other memory.
+and on virtual machines those faults, not the copy, dominate (figures in
+docs/DESIGN_NOTES.md, "Host memory"); transparent huge pages
+(MADV_HUGEPAGE, which the common ``enabled=madvise`` setting honours) cut
+them by the page size. So large buffers are anonymous mappings advised to
+use huge pages; where the kernel has none to give, they behave like any
+other memory.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from . import _core, checkpointables, load_executor
+from . import _core, checkpointables, load_executor, named_parts
 from . import options as options_lib
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError
 from .gc_pause import gc_paused
@@ -16,7 +16,13 @@ from .load_source import CoreSource
 
 def load(path, target: Any = None, *, partial: bool = False,
          options: options_lib.Options | None = None) -> Any:
-    """Loads the checkpointable "state" (what ``save`` wrote).
+    """Loads the checkpointable "state" (what ``save`` wrote), or named parts.
+
+    A ``Checkpointables`` target names the parts to load (each with its
+    target; an empty one loads every part) and the result is a
+    Checkpointables; any other target, a plain dict included, is the target
+    of "state" (see ``shardkeep.named_parts``). On a checkpoint of named
+    parts without "state", the NotFoundError says how to load them.
 
     ``target`` says what to build, leaf by leaf, matched to saved leaves by
     key path:
@@ -40,8 +46,9 @@ def load(path, target: Any = None, *, partial: bool = False,
     from the target raise it too unless ``partial=True``, which loads just
     the leaves the target names.
     """
-    return load_checkpointables(path, {"state": target}, partial=partial,
-                                options=options)["state"]
+    values = _load(path, named_parts.to_load(target), partial, options,
+                   one_tree=not named_parts.named(target))
+    return named_parts.loaded(target, values)
 
 
 def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
@@ -55,6 +62,12 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     target must be None. Raises NotFoundError if ``path`` holds no committed
     checkpoint or lacks a named checkpointable.
     """
+    return _load(path, targets, partial, options, one_tree=False)
+
+
+def _load(path, targets: Mapping[str, Any] | None, partial: bool,
+          options: options_lib.Options | None, *, one_tree: bool) -> dict[str, Any]:
+    """``load_checkpointables``; ``one_tree``: the caller asked for "state" alone."""
     path = os.fspath(path)
     options = options_lib.resolve(options)
     core_options = options.to_core()
@@ -76,6 +89,8 @@ def load_checkpointables(path, targets: Mapping[str, Any] | None = None, *,
     results = {}
     for name, target in targets.items():
         if name not in available:
+            if one_tree:
+                raise named_parts.no_state(path, sorted(available))
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
         results[name] = _load_one(reader, path, name, available[name]["kind"], target,

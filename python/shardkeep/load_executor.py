@@ -54,7 +54,7 @@ def execute(plan: LoadPlan, source: Source, *, timeout_s: float) -> Any:
         source.read(requests)
     mapped.verify()
     if sharing is not None:
-        sharing.exchange(timeout_s)
+        sharing.exchange(f"load of {source.where}", timeout_s)
     puts = _DevicePuts()
     for slot in slots:
         if slot.devices is not None:

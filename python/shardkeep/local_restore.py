@@ -144,7 +144,9 @@ def _gather_descriptions(tier, decision: Decision, core_options
                     outgoing.setdefault(p, []).extend(
                         [local_slices.json_bytes(sorted(values)),
                          *[np.frombuffer(values[n], np.uint8) for n in sorted(values)]])
-        received = exchange.exchange_bytes(outgoing, timeout_s=tier.timeout_s)
+        received = exchange.exchange_bytes(
+            outgoing, name=f"local restore of {tier.job}, step {decision.step}: descriptions",
+            timeout_s=tier.timeout_s)
         for sender, buffers in received.items():
             i = 0
             while i < len(buffers):
@@ -183,6 +185,7 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
         return fetched
     asked = exchange.exchange_bytes(
         {h: [local_slices.json_bytes(keys)] for h, keys in wanted.items()},
+        name=f"local restore of {tier.job}, step {decision.step}: requests",
         timeout_s=tier.timeout_s)
     replies = {}
     for asker, (asking,) in asked.items():
@@ -190,7 +193,9 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
                 json.loads(asking.tobytes())]
         served = _read_pieces(tier, decision, keys, core_options)
         replies[asker] = [dtypes.as_bytes(served[key]) for key in keys]
-    answers = exchange.exchange_bytes(replies, timeout_s=tier.timeout_s)
+    answers = exchange.exchange_bytes(
+        replies, name=f"local restore of {tier.job}, step {decision.step}: pieces",
+        timeout_s=tier.timeout_s)
     for holder, keys in wanted.items():
         got = answers.get(holder, [])
         if len(got) != len(keys):

@@ -28,7 +28,6 @@ the newest one whose every slice is held by some process.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import os
@@ -77,7 +76,7 @@ class LocalTier:
     """The local tier of one manager (see the module docstring)."""
 
     def __init__(self, template, *, interval: int, keep_last: int,
-                 options: options_lib.Options, width: int, number: int):
+                 options: options_lib.Options, width: int, job: str):
         self.me = jax.process_index()
         self.count = jax.process_count()
         self.root = local_root(template, self.me)
@@ -85,8 +84,9 @@ class LocalTier:
         self.keep_last = keep_last
         self._options = options
         self._width = width
-        self._number = number
-        self._restores = itertools.count()
+        # What every process calls this tier (its manager's root): names
+        # its collective calls.
+        self.job = job
         self._last_started: int | None = None
         os.makedirs(self.root, exist_ok=True)
         # folder q -> {step: name} of committed slices; only this process
@@ -125,8 +125,9 @@ class LocalTier:
             header_bytes = local_slices.json_bytes({**header, "process": self.me, "step": step})
             message = [header_bytes, *buffers]
             try:
-                received = exchange.exchange_bytes({succ: message},
-                                                   timeout_s=self._options.timeout_s)
+                received = exchange.exchange_bytes(
+                    {succ: message}, name=f"local save of {self.job}, step {step}",
+                    timeout_s=self._options.timeout_s)
             except BaseException:
                 lease.give_back()
                 raise
@@ -206,7 +207,8 @@ class LocalTier:
                 mine.setdefault(step, {})[q] = count
         if self.count > 1:
             bridge = distributed.coordination()
-            key = f"shardkeep/local/{self._number}/restore-{next(self._restores)}/held"
+            key = distributed.agree("local restore", self.job,
+                                    self._options.timeout_s) + "/held"
             bridge.set(f"{key}/{self.me}", json.dumps(
                 {str(s): {str(q): c for q, c in v.items()} for s, v in mine.items()}))
             everyone = {}

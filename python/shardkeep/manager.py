@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import json
 import logging
 import math
@@ -61,10 +60,9 @@ import numpy as np
 
 from . import _core, distributed
 from . import options as options_lib
-from . import leftovers, local_tier, retention, staging_pool
+from . import leftovers, local_tier, named_parts, retention, staging_pool
 from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
-from .load import load as load_state
-from .load import load_checkpointables
+from .load import load
 from .preemption import PreemptionWatch
 from .save import SaveFuture, save_checkpointables_async
 
@@ -73,9 +71,6 @@ logger = logging.getLogger("shardkeep")
 _STEP_NAME = re.compile(r"[0-9]+")
 # Slack on top of Options.timeout_s, which already bounds every wait of a save.
 _WAIT_SLACK_S = 60.0
-# Numbers the managers of a process; every process creates its managers in
-# the same order, so the numbers name the same manager on all of them.
-_manager_numbers = itertools.count()
 
 
 @dataclasses.dataclass
@@ -111,11 +106,11 @@ class CheckpointManager:
     ``save(step, tree_or_checkpointables)`` writes ``<root>/<step>`` (the step
     zero-padded to ``step_width`` digits) when the step is due: a multiple
     of ``save_interval_steps``, ``force=True``, or the step at which a
-    preemption notice was agreed. A plain ``dict`` is saved as
-    checkpointables (each top-level key can be loaded alone); anything
-    else, Mapping pytrees such as ``flax.nnx.State`` included, as the
-    single checkpointable "state". With ``async_save`` the call returns after the
-    device-to-host copy and at most one save is in flight.
+    preemption notice was agreed. A ``shardkeep.Checkpointables`` is saved
+    as its named parts (each loadable alone); anything else, a plain dict
+    included, as the one tree "state", as ``shardkeep.save`` does (see
+    ``shardkeep.named_parts``). With ``async_save`` the call returns after
+    the device-to-host copy and at most one save is in flight.
 
     Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
     ``best_metric`` in ``best_mode``) runs after each commit; see
@@ -160,7 +155,6 @@ class CheckpointManager:
         self._options = options_lib.resolve(options)
         self._width = step_width
         self._primary = jax.process_index() == 0
-        self._number = next(_manager_numbers)
 
         self._lock = threading.Lock()  # guards the fields up to _errors
         self._steps: dict[int, dict] = {}       # committed step -> its metrics
@@ -180,7 +174,7 @@ class CheckpointManager:
         if local_root is not None:
             self._local = local_tier.LocalTier(
                 local_root, interval=local_save_interval_steps, keep_last=local_keep_last,
-                options=self._options, width=step_width, number=self._number)
+                options=self._options, width=step_width, job=self._root)
         self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
                                         daemon=True)
         self._worker.start()
@@ -253,8 +247,7 @@ class CheckpointManager:
         if not (due or local_due):
             return False
         metrics = _plain_metrics(metrics)
-        items = (dict(tree_or_checkpointables) if _names_checkpointables(tree_or_checkpointables)
-                 else {"state": tree_or_checkpointables})
+        items = named_parts.to_save(tree_or_checkpointables)
         if due:
             self._save_persistent(step, items, metrics)
         if local_due:
@@ -295,10 +288,10 @@ class CheckpointManager:
              options: options_lib.Options | None = None) -> Any:
         """Loads committed step ``step`` (None: the latest).
 
-        ``target`` None loads every checkpointable and returns a dict of
-        them; a plain ``dict`` names the checkpointables to load (reading
-        no others) with their targets and returns a dict; anything else is
-        the target of the checkpointable "state", which is returned alone.
+        ``target`` is that of ``shardkeep.load``: a ``Checkpointables``
+        names the parts to load (reading no others; an empty one loads
+        every part) and a Checkpointables is returned; anything else, None
+        and plain dicts included, is the target of "state", returned alone.
         The step is not deleted while it is being loaded. ``options`` None
         are the manager's; given ones without ``s3`` settings take the
         manager's, so the root's store is the one read.
@@ -318,10 +311,7 @@ class CheckpointManager:
         elif options.s3 is None:  # the root's store stays the one to read from
             options = dataclasses.replace(options, s3=self._options.s3)
         try:
-            if target is None or _names_checkpointables(target):
-                return load_checkpointables(path, target, partial=partial,
-                                                     options=options)
-            return load_state(path, target, partial=partial, options=options)
+            return load(path, target, partial=partial, options=options)
         finally:
             self._release(step)
 
@@ -344,12 +334,11 @@ class CheckpointManager:
         persistent = self.latest_step()
         decision = self._local.decide() if self._local is not None else None
         if decision is not None and (persistent is None or decision.step >= persistent):
-            whole = target is None or _names_checkpointables(target)
-            targets = target if whole else {"state": target}
             if options is None:
                 options = self._options
-            values = self._local.load(decision, targets, partial=partial, options=options)
-            return decision.step, values if whole else values["state"]
+            values = self._local.load(decision, named_parts.to_load(target), partial=partial,
+                                      options=options)
+            return decision.step, named_parts.loaded(target, values)
         if decision is not None:
             logger.info("local step %d is older than persistent step %d, which is loaded",
                         decision.step, persistent)
@@ -432,7 +421,8 @@ class CheckpointManager:
         may still be finishing for an earlier manager of the same root.
         """
         bridge = distributed.coordination()
-        key = f"shardkeep/manager/{self._number}/{self._root}/steps"
+        key = distributed.agree("manager listing", self._root,
+                                self._options.timeout_s) + "/steps"
         if self._primary:
             found = self._list_root()
             bridge.set(key, json.dumps(found))
@@ -617,15 +607,6 @@ class CheckpointManager:
     def _not_committed(self, step: int) -> str:
         return (f"step {step} is not a committed checkpoint under {self._root!r};"
                 f" committed steps: {sorted(self._steps)}")
-
-
-def _names_checkpointables(value: Any) -> bool:
-    """Whether ``value`` maps checkpointable names to values or targets.
-
-    Only a plain dict does: Mapping pytree nodes (``flax.nnx.State``,
-    FrozenDict) are trees whose keys are module attributes, not parts.
-    """
-    return type(value) is dict
 
 
 def _root_url(root) -> str:

@@ -26,9 +26,13 @@ class Options:
         nor the host copies ``save_async`` stages. A single chunk needing
         more than the cap is processed alone.
       timeout_s: limit on every wait (barriers, save completion in C++).
-      replica_parallel: split each replicated box among the devices that
-        hold it (near-equal slices along its largest dimension), so that in
-        a multi-process job every process writes a share; False: the
+      replica_parallel: split each box that devices of several processes
+        hold among those processes (one writer device each), so that in a
+        multi-process job every process writes a share: near-equal
+        contiguous slices along the box's first dimension at least as long
+        as the number of those processes; when no dimension is that long,
+        the longest is cut into fewer slices and only the first processes
+        write (see ``shardings.replica_parallel_boxes``). False: the
         replica with replica_id 0 writes each box whole.
       allow_lossy_cast: permit loading into a dtype that cannot hold every
         stored value (e.g. float32 -> bfloat16, int32 -> int16).
@@ -53,10 +57,9 @@ class Options:
         different checkpoints, e.g. each its own local copy). No effect in
         a single-process job, on numpy targets, or without a target. None
         (the default): on for checkpoints on an object store (``s3://``),
-        off for file-system paths, as measured (docs/SCALE.md: from S3 it
-        loaded 1.5x faster at 4 replicas; from one machine's page cache,
-        where re-reading costs less than sending over CPU collectives, it
-        was slower).
+        where reading once and sending saves requests and bandwidth; off
+        for file-system paths, where re-reading from the page cache costs
+        less than sending over CPU collectives (figures in docs/SCALE.md).
       s3: settings for ``s3://`` paths that win over the environment and
         the AWS files (endpoint, region, credentials, profile); see
         ``shardkeep.S3Settings``. Requests to the store are retried within

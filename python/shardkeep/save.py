@@ -7,23 +7,17 @@ owns; the C++ writer then chunks, writes and commits on its own threads
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import time
 from typing import Any, Mapping
 
-from . import _core, background_saves, checkpointables, distributed, host_memory, staging
+from . import _core, background_saves, checkpointables, distributed, host_memory
+from . import named_parts, staging
 from . import options as options_lib
 from . import staging_pool
 from .errors import InvalidArgumentError, TimeoutError
 from .gc_pause import gc_paused
-
-# Numbers this process's save calls. Every process of a job makes the same
-# calls in the same order, so the n-th save's barrier keys agree everywhere;
-# a call counts even when it fails before reaching the engine on this
-# process only, so the processes stay in step afterwards.
-_save_calls = itertools.count()
 
 _WAIT_SLICE_S = 0.1
 
@@ -96,6 +90,10 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
          step: int | None = None) -> None:
     """Saves ``tree`` as the checkpointable "state" and returns after the commit.
 
+    A ``Checkpointables`` is saved as its named parts instead; any other
+    value, a plain dict included, is the one tree "state" (see
+    ``shardkeep.named_parts``).
+
     On the CPU backend arrays are written straight from their buffers, so
     they must not be donated from another thread while this runs.
     Raises AlreadyExistsError if a checkpoint exists at ``path`` and
@@ -108,21 +106,22 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
     removing the old commit record and writing the new one (readers see
     the old checkpoint or the new one, never a mix).
     """
-    save_checkpointables(path, {"state": tree}, options=options,
+    save_checkpointables(path, named_parts.to_save(tree), options=options,
                          custom_metadata=custom_metadata, force=force, step=step)
 
 
 def save_async(path, tree: Any, *, options: options_lib.Options | None = None,
                custom_metadata: Mapping | None = None, force: bool = False,
                step: int | None = None) -> SaveFuture:
-    """Saves ``tree`` as "state"; returns after the blocking phase.
+    """Saves ``tree`` as "state" (named parts for a ``Checkpointables``, as
+    ``save``); returns after the blocking phase.
 
     When this returns the caller may donate, delete or overwrite the arrays
     of ``tree``: the save owns host copies of them. The future may be
     dropped: the save still finishes in the background, a failure is then
     logged, and interpreter exit waits for it.
     """
-    return save_checkpointables_async(path, {"state": tree}, options=options,
+    return save_checkpointables_async(path, named_parts.to_save(tree), options=options,
                                       custom_metadata=custom_metadata, force=force, step=step)
 
 
@@ -181,7 +180,6 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
     save in the core (returning its handle) and, with ``own_copies``, the
     lease of the staging memory the shards were copied into.
     """
-    operation_id = str(next(_save_calls))
     path = os.fspath(path)
     options = options_lib.resolve(options)
     if not isinstance(items, Mapping) or not items:
@@ -196,7 +194,7 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
     parts, lease = stage_parts(items, options, own_copies=own_copies)
     start = _starter(path, parts, step=step, custom_metadata_json=custom_metadata_json,
                      metrics_json=metrics_json, force=force, options=options,
-                     coordinator=coordinator, operation_id=operation_id)
+                     coordinator=coordinator)
     return path, options, start, lease
 
 
@@ -227,11 +225,9 @@ def start_single_process_async(path, parts: list[dict], *, options: options_lib.
     parts must describe whole leaves (the core checks that they tile).
     ``lease``, if any, is given back once the save has finished."""
     path = os.fspath(path)
-    operation_id = f"single-{next(_save_calls)}"
     start = _starter(path, parts, step=step,
                      custom_metadata_json=_json_object("custom_metadata", custom_metadata),
-                     metrics_json="{}", force=force, options=options, coordinator=None,
-                     operation_id=operation_id)
+                     metrics_json="{}", force=force, options=options, coordinator=None)
     on_finished = lease.give_back if lease is not None else None
     save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
     if lease is not None:
@@ -240,11 +236,19 @@ def start_single_process_async(path, parts: list[dict], *, options: options_lib.
 
 
 def _starter(path: str, parts: list[dict], *, step, custom_metadata_json: str,
-             metrics_json: str, force: bool, options: options_lib.Options, coordinator,
-             operation_id: str):
+             metrics_json: str, force: bool, options: options_lib.Options, coordinator):
+    """A function that starts the save in the core and returns its handle.
+
+    In a job, it first agrees with the other processes on the save's id
+    (``distributed.agree``, by the path): a save that some processes do not
+    make fails there, naming them, and leaves the job's later saves intact.
+    A one-process save's coordinator is its own, so any id serves.
+    """
     core_options = options.to_core()
 
     def start():
+        operation_id = ("local" if coordinator is None
+                        else distributed.agree("save", path, options.timeout_s))
         return _core.start_save(
             path, parts, step=step, custom_metadata_json=custom_metadata_json,
             metrics_json=metrics_json, force=force, options=core_options,

@@ -265,6 +265,13 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
         # Host data is the same on every process; only the primary writes it.
         sources = [(((0,) * arr.ndim, arr.shape), np.asarray)] if jax.process_index() == 0 else []
         return meta, sources
+    from .checkpointables import JsonValue  # late: that module imports this one
+
+    if isinstance(value, (JsonValue, bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(
+            f"leaf {path!r} is a {type(value).__name__}, which is saved as a checkpointable of"
+            " its own, never inside a tree: pass the parts as sk.Checkpointables(...) (a plain"
+            " dict is one tree, the checkpointable 'state')")
     raise InvalidArgumentError(
         f"leaf {path!r} has unsupported type {type(value).__module__}.{type(value).__qualname__};"
         " supported leaves are jax.Array (typed PRNG keys included), numpy arrays and scalars,"

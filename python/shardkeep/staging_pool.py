@@ -2,9 +2,9 @@
 
 ``save_async`` must copy the state before it returns (the caller may then
 donate its arrays), and that copy is what training waits for. Into fresh
-memory it is bound by page faults, one per page on first touch: 5.0 s for
-2 GiB on the benchmark VM, against 0.1 s into memory already touched. So
-the buffer one async save staged into is kept and lent to the next one
+memory it is bound by page faults, one per page on first touch, many
+times slower than a copy into memory already touched (figures in
+docs/DESIGN_NOTES.md). So the buffer one async save staged into is kept and lent to the next one
 once the save that used it has finished writing.
 
 At most one buffer is kept between saves (the largest returned since the

@@ -198,9 +198,9 @@ def _exchange_among_threads(processes: int):
     mailbox: dict = {}
     calls = collections.Counter()
 
-    def exchange_bytes(outgoing, *, timeout_s, into=None):
+    def exchange_bytes(outgoing, *, name, timeout_s, into=None):
         # Ignores ``into``: the plan must then copy what it receives itself.
-        assert timeout_s == 12.5
+        assert timeout_s == 12.5 and name.startswith("load of ckpt, batch "), name
         calls[me.index] += 1
         for dest, buffers in outgoing.items():
             mailbox[me.index, dest] = [np.array(b.reshape(-1).view(np.uint8)) for b in buffers]
@@ -239,7 +239,7 @@ def test_receivers_get_the_readers_bytes(monkeypatch, batch_bytes, cut_bytes):
     def run(index):
         me.index = index
         try:
-            simulated[index][0].exchange(12.5)
+            simulated[index][0].exchange("load of ckpt", 12.5)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -264,10 +264,11 @@ def test_a_receiver_given_other_sizes_fails_naming_the_leaf(monkeypatch):
     reader = 1 - simulated.index((plan, slots))
     slots[0].buffer = np.zeros((4, 4), np.float32)
     monkeypatch.setattr(broadcast_load.exchange, "exchange_bytes",
-                        lambda outgoing, timeout_s, into=None: {reader: [np.zeros(3, np.uint8)]})
+                        lambda outgoing, name, timeout_s, into=None:
+                        {reader: [np.zeros(3, np.uint8)]})
     with pytest.raises(sk.ShardkeepError,
                        match=rf"leaf 'leaf0'.*received 3 bytes from process {reader}"):
-        plan.exchange(1.0)
+        plan.exchange("load of ckpt", 1.0)
 
 
 def test_single_process_loads_are_unchanged(ckpt, monkeypatch):

@@ -106,8 +106,9 @@ def test_ls_lists_the_steps_of_a_manager_with_sizes_and_checkpointables(tmp_path
     model, opt = _nnx_state()
     with sk.CheckpointManager(root) as mgr:
         for step in (100, 200):
-            mgr.save(step, {"model": model, "optimizer": opt,
-                            "config": sk.JsonValue({"lr": 0.01})}, metrics={"loss": 1 / step})
+            mgr.save(step, sk.Checkpointables(model=model, optimizer=opt,
+                                              config=sk.JsonValue({"lr": 0.01})),
+                     metrics={"loss": 1 / step})
     listing = run_json("ls", root)
     assert listing["root"] == str(root)
     entries = listing["entries"]
@@ -133,7 +134,7 @@ def test_info_shows_the_tree_shardings_sizes_and_the_commit_record(tmp_path):
     model, opt = _nnx_state()
     root = tmp_path / "run"
     with sk.CheckpointManager(root, options=sk.Options(compression="zstd")) as mgr:
-        mgr.save(7, {"model": model, "optimizer": opt, "blob": b"\x00" * 1000},
+        mgr.save(7, sk.Checkpointables(model=model, optimizer=opt, blob=b"\x00" * 1000),
                  metrics={"loss": 0.25})
     ckpt = root / "000000007"
     info = run_json("info", ckpt)
@@ -251,7 +252,7 @@ _KILLED_SAVE = textwrap.dedent("""
     root, name = sys.argv[1], sys.argv[2]
     s3 = root.startswith("s3://")
     mgr = sk.CheckpointManager(root, options=sk.Options(chunk_bytes=256 << 10, io_threads=2))
-    mgr.save(int(name), {"state": {"big": np.ones((64 << 20) // 4, np.float32)}})
+    mgr.save(int(name), {"big": np.ones((64 << 20) // 4, np.float32)})
     if s3:
         import boto3
         bucket, _, prefix = root[len("s3://"):].partition("/")
@@ -292,7 +293,7 @@ def _age(path: pathlib.Path, seconds: float) -> None:
 def test_gc_removes_a_killed_save_but_never_a_checkpoint(tmp_path):
     root = tmp_path / "run"
     with sk.CheckpointManager(root) as mgr:
-        mgr.save(1, {"state": {"w": np.arange(8.0)}})
+        mgr.save(1, {"w": np.arange(8.0)})
     _kill_a_save(str(root), 2)
     leftover = root / "000000002.shardkeep-tmp"
     assert leftover.is_dir()
@@ -355,7 +356,7 @@ def test_gc_keeps_a_checkpoint_whose_record_it_cannot_read(tmp_path):
 def test_ls_info_gc_and_rm_on_s3(s3):
     root = s3.url("runs/7")
     with sk.CheckpointManager(root) as mgr:
-        mgr.save(10, {"state": {"w": jnp.arange(1024, dtype=jnp.float32)}}, metrics={"acc": 0.5})
+        mgr.save(10, {"w": jnp.arange(1024, dtype=jnp.float32)}, metrics={"acc": 0.5})
     _kill_a_save(root, 20)
     s3_keys = s3.keys("runs/7/000000010/")
     stored = sum(s3.client.head_object(Bucket=s3.name, Key=k)["ContentLength"] for k in s3_keys)

@@ -152,8 +152,8 @@ def test_cpp_reads_what_python_saved(examples, ckpt):
 def test_cpp_reads_the_params_checkpointable_of_a_manager_save(examples, tmp_path):
     state = flax_like_state()
     with sk.CheckpointManager(str(tmp_path)) as manager:
-        manager.save(3, {"params": state["params"], "opt_state": state["opt_state"]},
-                     force=True)
+        manager.save(3, sk.Checkpointables(params=state["params"],
+                                           opt_state=state["opt_state"]), force=True)
         manager.wait()
         path = manager.step_path(3)
     # With no checkpointable named, load_params picks "params".

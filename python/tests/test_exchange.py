@@ -21,9 +21,9 @@ def test_patterns_in_a_four_process_job():
 
 def test_a_single_process_job_keeps_its_own_buffers():
     data = np.arange(10, dtype=np.float32)
-    got = exchange.exchange_bytes({0: [data]})
+    got = exchange.exchange_bytes({0: [data]}, name="own")
     assert list(got) == [0]
     assert np.array_equal(got[0][0].view(np.float32), data)
-    assert exchange.exchange_bytes({}) == {}
+    assert exchange.exchange_bytes({}, name="empty") == {}
     with pytest.raises(InvalidArgumentError, match="destination 1"):
-        exchange.exchange_bytes({1: [data]})
+        exchange.exchange_bytes({1: [data]}, name="bad")

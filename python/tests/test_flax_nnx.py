@@ -173,7 +173,8 @@ def test_manager_resume_with_dropout_is_bit_exact(tmp_path):
     with sk.CheckpointManager(tmp_path / "run", save_interval_steps=2, keep_last=2) as mgr:
         for step in range(steps):
             expected.append(float(train_step(model, optimizer, *batch(step))))
-            mgr.save(step + 1, {"model": nnx.state(model), "opt": nnx.state(optimizer)})
+            mgr.save(step + 1, sk.Checkpointables(model=nnx.state(model),
+                                                  opt=nnx.state(optimizer)))
         mgr.wait()
         assert mgr.all_steps() == [6, 8]
 
@@ -181,8 +182,8 @@ def test_manager_resume_with_dropout_is_bit_exact(tmp_path):
     with sk.CheckpointManager(tmp_path / "run") as mgr:
         restored = new_model(mesh, seed=5)
         restored_opt = new_optimizer(restored, mesh)
-        loaded = mgr.load(6, {"model": abstract_state(mesh),
-                              "opt": abstract_state(mesh, build_optimizer)})
+        loaded = mgr.load(6, sk.Checkpointables(model=abstract_state(mesh),
+                                                opt=abstract_state(mesh, build_optimizer)))
         nnx.update(restored, loaded["model"])
         nnx.update(restored_opt, loaded["opt"])
         resumed = [float(train_step(restored, restored_opt, *batch(step)))

@@ -67,7 +67,7 @@ def test_restore_takes_the_newest_local_step_bit_exact(tmp_path):
     with _manager(tmp_path) as mgr:
         step, value = mgr.restore(_state(0, mesh))
         assert mgr.restore()[0] == 6
-        _, whole = mgr.restore()  # no target: every checkpointable, as numpy
+        _, whole = mgr.restore()  # no target: "state", as numpy
     assert step == 6
     assert _equal(value, _state(6, mesh))
     assert value["w"].sharding == NamedSharding(mesh, P("a", "b"))
@@ -92,7 +92,7 @@ def test_a_local_slice_is_a_checkpoint_of_its_own(tmp_path):
     whole, with the original meta.json and the box's place in its leaf."""
     mesh = _mesh()
     with _manager(tmp_path) as mgr:
-        mgr.save(1, _state(1, mesh))
+        mgr.save(1, sk.Checkpointables(_state(1, mesh)))
     path = tmp_path / "local0" / "p0" / "000000001"
     record = json.loads((path / "_SHARDKEEP").read_text())
     assert record["custom_metadata"] == {"shardkeep_local": {"process": 0, "process_count": 1}}

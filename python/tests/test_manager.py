@@ -171,21 +171,68 @@ def test_load_latest_a_step_or_one_checkpointable(tmp_path):
         with pytest.raises(sk.NotFoundError, match="no committed checkpoint"):
             mgr.load()
         for step in (1, 2):
-            mgr.save(step, {**state(step), "data": sk.JsonValue({"next": step})})
+            mgr.save(step, sk.Checkpointables(state(step), data=sk.JsonValue({"next": step})))
         mgr.wait()
-        everything = mgr.load()
+        everything = mgr.load(target=sk.Checkpointables())
+        assert isinstance(everything, sk.Checkpointables)
         assert everything["data"] == {"next": 2}
         assert_same_bits(everything["params"]["w"], np.asarray(state(2)["params"]["w"]))
         target = {"params": {"w": jax.ShapeDtypeStruct(
             (8, 8), jnp.float32, sharding=NamedSharding(mesh, P(None, "a")))}}
         # Loading "params" reads nothing of the other checkpointables.
         os.rename(os.path.join(mgr.step_path(1), "opt_state"), tmp_path / "elsewhere")
-        params = mgr.load(1, target)
+        params = mgr.load(1, sk.Checkpointables(target))
         assert set(params) == {"params"}
         assert params["params"]["w"].sharding == target["params"]["w"].sharding
         assert_same_bits(params["params"]["w"], np.asarray(state(1)["params"]["w"]))
         with pytest.raises(sk.NotFoundError, match="committed steps: \\[1, 2\\]"):
             mgr.load(3)
+
+
+def test_a_value_means_the_same_to_sk_save_and_the_manager(tmp_path):
+    """A plain dict is one tree, "state", for both; sk.Checkpointables is
+    named parts for both; sk.load on a manager's checkpoint loads "state",
+    or, on one of named parts, says exactly what to call."""
+    tree = {"params": np.arange(4.0), "opt": {"mu": np.ones(2)}}
+    parts = sk.Checkpointables(params=np.arange(4.0), data=sk.JsonValue({"next": 2}))
+    sk.save(tmp_path / "tree", tree)
+    sk.save(tmp_path / "parts", parts)
+    with sk.CheckpointManager(tmp_path / "run") as mgr:
+        mgr.save(1, tree)
+        mgr.save(2, parts)
+        mgr.wait()
+        for path, step in ((tmp_path / "tree", 1), (tmp_path / "parts", 2)):
+            assert (sorted(sk.metadata(path).checkpointables)
+                    == sorted(sk.metadata(mgr.step_path(step)).checkpointables))
+        assert sorted(sk.metadata(mgr.step_path(1)).checkpointables) == ["state"]
+        assert sorted(sk.metadata(mgr.step_path(2)).checkpointables) == ["data", "params"]
+        for loaded in (sk.load(mgr.step_path(1)), mgr.load(1), sk.load(tmp_path / "tree")):
+            assert sorted(loaded) == ["opt", "params"]
+            assert_same_bits(loaded["params"], tree["params"])
+        path = mgr.step_path(2)
+        expected = (f"checkpoint {path!r} holds the named checkpointables ['data', 'params'],"
+                    f" not one tree 'state': load them with sk.load_checkpointables({path!r})"
+                    " (all, or a mapping of name to target) or"
+                    f" sk.load({path!r}, sk.Checkpointables(data=..., params=...))")
+        for load in (lambda: sk.load(path), lambda: mgr.load(2)):
+            with pytest.raises(sk.NotFoundError) as e:
+                load()
+            assert str(e.value) == expected
+        assert sk.load(path, sk.Checkpointables(data=None)) == {"data": {"next": 2}}
+        assert mgr.load(2, sk.Checkpointables(data=None)) == {"data": {"next": 2}}
+        assert sk.load_checkpointables(path, {"data": None}) == {"data": {"next": 2}}
+    with pytest.raises(sk.InvalidArgumentError, match="leaf 'data' is a JsonValue.*"
+                       r"sk\.Checkpointables\(\.\.\.\)"):
+        sk.save(tmp_path / "mixed", {"params": np.arange(2), "data": sk.JsonValue(1)})
+
+
+def test_checkpointables_is_an_immutable_mapping():
+    parts = sk.Checkpointables({"a": 1}, b=2)
+    assert dict(parts) == {"a": 1, "b": 2} and parts == {"a": 1, "b": 2}
+    with pytest.raises(TypeError):
+        parts["c"] = 3
+    with pytest.raises(AttributeError):
+        parts.extra = 1
 
 
 def test_a_tree_that_is_not_a_mapping_is_saved_as_state(tmp_path):
@@ -201,7 +248,7 @@ def test_a_tree_that_is_not_a_mapping_is_saved_as_state(tmp_path):
 
 def test_a_step_being_loaded_is_deleted_only_after_the_load(tmp_path, monkeypatch):
     entered, release = threading.Event(), threading.Event()
-    real_load = manager_lib.load_checkpointables
+    real_load = manager_lib.load
 
     def slow_load(*args, **kwargs):
         entered.set()
@@ -211,7 +258,7 @@ def test_a_step_being_loaded_is_deleted_only_after_the_load(tmp_path, monkeypatc
     with sk.CheckpointManager(tmp_path, keep_last=1) as mgr:
         mgr.save(1, state(1))
         mgr.wait()
-        monkeypatch.setattr(manager_lib, "load_checkpointables", slow_load)
+        monkeypatch.setattr(manager_lib, "load", slow_load)
         result = {}
         loader = threading.Thread(target=lambda: result.update(mgr.load(1)))
         loader.start()
@@ -349,7 +396,7 @@ def test_the_manager_removes_the_leftover_of_a_failed_start(tmp_path, storage_fa
         # creating the temporary folder, and the save's own removal of it
         # (its second DeleteRecursive there, after the removal of a stale
         # one) fails too; the error surfaces on the manager's next call.
-        storage_faults([("CreateDir", r"000000001\.shardkeep-tmp/opt_state", 1, 1, "fail", 0),
+        storage_faults([("CreateDir", r"000000001\.shardkeep-tmp/state", 1, 1, "fail", 0),
                         ("DeleteRecursive", r"000000001\.shardkeep-tmp$", 2, 1, "fail", 0)])
         mgr.save(1, state(1))
         with pytest.raises(sk.StorageError, match="injected failure of CreateDir"):

@@ -232,6 +232,25 @@ def test_a_save_failing_on_one_process_keeps_later_saves_in_step(tmp_path):
     assert all(r["second_ok"] for r in results)
 
 
+def test_a_lone_call_fails_naming_the_others_and_the_job_goes_on(tmp_path):
+    """Operation ids are agreed, not counted: a save or an exchange that one
+    process makes alone fails within its timeout_s, naming the processes
+    that did not join; every later collective call of the job works (a
+    save of the lone save's path included)."""
+    root = tmp_path / "root"
+    results = harness.run_job(2, 2, "agreement_scenarios:lone_calls", {"path": str(root)},
+                              timeout=180)
+    lone_save, lone_exchange = results[0]["lone_save"], results[1]["lone_exchange"]
+    assert (f"save of {str(root / 'lone')!r}: processes [1] did not join it within 3 s"
+            f" (processes [0] did)") in lone_save["error"]
+    assert "exchange of 'lone': processes [0] did not join it" in lone_exchange["error"]
+    for lone in (lone_save, lone_exchange):
+        assert lone["seconds"] < 3.0 + 5.0, lone
+    for r in results:
+        assert r["after"] and r["again"] and r["broadcast"], r
+        assert r["steps"] == [1, 2] and r["restored"] == [2, True], r
+
+
 def test_processes_saving_different_trees_fail_naming_them(tmp_path):
     results = harness.run_job(3, 1, "save_disagreeing_trees",
                               {"path": str(tmp_path / "ckpt")})

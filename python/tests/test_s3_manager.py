@@ -16,11 +16,11 @@ from conftest import assert_same_bits, make_mesh
 LOSSES = {1: 5.0, 2: 1.0, 3: 4.0, 4: 3.0, 5: 6.0, 6: 2.0, 7: 7.0, 8: 8.0, 9: 9.0}
 
 
-def _state(step: int, mesh) -> dict:
+def _state(step: int, mesh) -> sk.Checkpointables:
     value = np.arange(16 * 8, dtype=np.float32).reshape(16, 8) + step
     w = jax.make_array_from_callback(value.shape, NamedSharding(mesh, P("a", "b")),
                                      lambda index: value[index])
-    return {"params": {"w": w}, "data": sk.JsonValue({"next": step})}
+    return sk.Checkpointables(params={"w": w}, data=sk.JsonValue({"next": step}))
 
 
 def _steps_stored(s3, prefix: str) -> list[str]:
@@ -47,12 +47,12 @@ def test_retention_and_resume_after_a_restart(s3):
         assert mgr.best_step() == 2 and mgr.metrics(6) == {"loss": 2.0}
         other = NamedSharding(make_mesh((4, 2), ("a", "b")), P("b", "a"))
         target = {"params": {"w": jax.ShapeDtypeStruct((16, 8), np.float32, sharding=other)}}
-        loaded = mgr.load(None, target)["params"]["w"]
+        loaded = mgr.load(None, sk.Checkpointables(target))["params"]["w"]
         assert loaded.sharding == other
         expected = np.arange(16 * 8, dtype=np.float32).reshape(16, 8) + 9
         for shard in loaded.addressable_shards:
             assert_same_bits(shard.data, expected[shard.index])
-        assert mgr.load(4, {"data": None}) == {"data": {"next": 4}}
+        assert mgr.load(4, sk.Checkpointables(data=None)) == {"data": {"next": 4}}
         mgr.save(10, _state(10, mesh), metrics={"loss": 0.5})
         mgr.wait()
         assert mgr.all_steps() == [2, 4, 8, 10]  # 6 is no longer among the best 2

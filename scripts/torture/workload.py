@@ -53,14 +53,14 @@ def expected(step: int, *, scale: int = 1) -> dict:
     }
 
 
-def checkpointables(step: int, *, scale: int = 1) -> dict:
+def checkpointables(step: int, *, scale: int = 1) -> sk.Checkpointables:
     """What the writer saves for ``step``: ``expected`` with "w" a sharded jax.Array."""
     values = expected(step, scale=scale)
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
     values["params"]["w"] = jax.device_put(jnp.asarray(values["params"]["w"]),
                                            NamedSharding(mesh, P("x")))
     values["data"] = sk.JsonValue(values["data"])
-    return values
+    return sk.Checkpointables(values)
 
 
 def differences(loaded: dict, step: int, *, scale: int = 1) -> list[str]:

@@ -60,9 +60,10 @@ struct SaveRequest {
   std::string metrics_json = "{}";
   bool force = false;  // replace a committed checkpoint at `path`
   // Names this save's barriers. Unique per save and identical on every
-  // process; the Python front numbers each process's save calls (counting
-  // calls that failed before reaching the engine, so the processes stay in
-  // step). Empty: numbered by this process's StartSave calls.
+  // process; the Python front agrees on it with the other processes before
+  // starting the save (python/shardkeep/distributed.py, `agree`). Empty:
+  // numbered by this process's StartSave calls, which stay in step only
+  // while every process makes the same saves.
   std::string operation_id;
   // Released when the background phase ends: owns the shard memory.
   std::shared_ptr<void> keepalive;

@@ -35,7 +35,7 @@ def patterns() -> dict:
 
     # A ring: each process sends its successor one buffer.
     succ, pred = (me + 1) % count, (me - 1) % count
-    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 0, 1000)]})
+    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 0, 1000)]}, name="ring")
     _check(got, {pred: [_buffer(pred, me, 0, 1000)]})
 
     # Everyone to everyone (itself included), sizes differing per pair: zero,
@@ -45,29 +45,32 @@ def patterns() -> dict:
 
     outgoing = {d: [_buffer(me, d, 1 + i, n) for i, n in enumerate(sizes(me, d))]
                 for d in range(count)}
-    got = exchange.exchange_bytes(outgoing)
+    got = exchange.exchange_bytes(outgoing, name="all to all")
     _check(got, {s: [_buffer(s, me, 1 + i, n) for i, n in enumerate(sizes(s, me))]
                  for s in range(count)})
 
     # Received into the caller's buffers, or, where they do not match what
     # the source sends, into fresh ones (the call stays collective).
     mine = np.zeros(1000, np.uint8)
-    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 7, 1000)]}, into={pred: [mine]})
+    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 7, 1000)]}, name="into",
+                                  into={pred: [mine]})
     assert got[pred][0].ctypes.data == mine.ctypes.data
     assert np.array_equal(mine, _buffer(pred, me, 7, 1000))
     short = np.zeros(999, np.uint8)
-    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 8, 1000)]}, into={pred: [short]})
+    got = exchange.exchange_bytes({succ: [_buffer(me, succ, 8, 1000)]}, name="short into",
+                                  into={pred: [short]})
     assert got[pred][0].ctypes.data != short.ctypes.data and not short.any()
     assert np.array_equal(got[pred][0], _buffer(pred, me, 8, 1000))
 
     # Nothing to send anywhere: still a matched call.
-    assert exchange.exchange_bytes({}) == {}
+    assert exchange.exchange_bytes({}, name="empty") == {}
 
     # Only process 0 sends, to everyone else: floats with NaN payloads and -0.0
     # arrive bit for bit.
     floats = np.array([-0.0, np.nan, 1.5, -np.inf], np.float32)
     floats.view(np.uint32)[1] = 0x7FC0BEEF
-    got = exchange.exchange_bytes({d: [floats] for d in range(1, count)} if me == 0 else {})
+    got = exchange.exchange_bytes({d: [floats] for d in range(1, count)} if me == 0 else {},
+                                  name="floats")
     if me == 0:
         assert got == {}
     else:
@@ -75,7 +78,7 @@ def patterns() -> dict:
             floats.view(np.uint32).tolist()
 
     try:
-        exchange.exchange_bytes({count: [floats]})
+        exchange.exchange_bytes({count: [floats]}, name="bad destination")
     except InvalidArgumentError as e:
         bad_destination = str(e)
     else:

@@ -43,22 +43,22 @@ def _specs(variant: str) -> dict:
     return {"w": P("model", None), "b": P("data"), "e": P()}   # another layout
 
 
-def _state(step: int, mesh: Mesh) -> dict:
+def _state(step: int, mesh: Mesh) -> sk.Checkpointables:
     values = _expected(step)
     tree = {name: jax.make_array_from_callback(
         values[name].shape, NamedSharding(mesh, spec), lambda index, v=values[name]: v[index])
         for name, spec in _specs("train").items()}
     tree["n"] = values["n"]
-    return {"params": tree, "data": sk.JsonValue({"next_step": step + 1})}
+    return sk.Checkpointables(params=tree, data=sk.JsonValue({"next_step": step + 1}))
 
 
-def _target(mesh: Mesh, variant: str) -> dict:
+def _target(mesh: Mesh, variant: str) -> sk.Checkpointables:
     values = _expected(0)
     tree = {name: jax.ShapeDtypeStruct(values[name].shape, values[name].dtype,
                                        sharding=NamedSharding(mesh, spec))
             for name, spec in _specs(variant).items()}
     tree["n"] = np.zeros(5, np.int64)
-    return {"params": tree, "data": None}
+    return sk.Checkpointables(params=tree, data=None)
 
 
 def _exact(restored: dict, step: int) -> bool:
@@ -97,7 +97,7 @@ def train(root: str, local_root: str, last_step: int, kill_at: int | None = None
     blocking = {"local": [], "both": []}
     for s in range(step + 1, last_step + 1):
         state = _state(s, mesh)
-        jax.block_until_ready(state)
+        jax.block_until_ready(dict(state))
         t0 = time.monotonic()
         mgr.save(s, state)
         blocking["both" if s % PERSISTENT_INTERVAL == 0 else "local"].append(

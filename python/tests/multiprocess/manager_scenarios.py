@@ -33,7 +33,7 @@ def _state(step: int, mesh: Mesh) -> dict:
     value = _expected(step)
     w = jax.make_array_from_callback(SHAPE, NamedSharding(mesh, P("data", "model")),
                                      lambda index: value[index])
-    return {"params": {"w": w}, "data": sk.JsonValue({"next_step": step})}
+    return sk.Checkpointables(params={"w": w}, data=sk.JsonValue({"next_step": step}))
 
 
 def manager_job(root: str) -> dict:
@@ -50,7 +50,7 @@ def manager_job(root: str) -> dict:
         reopened = mgr.all_steps()
         target = {"params": {"w": jax.ShapeDtypeStruct(
             SHAPE, np.float32, sharding=NamedSharding(mesh, P("model", "data")))}}
-        loaded = mgr.load(None, target)["params"]["w"]
+        loaded = mgr.load(None, sk.Checkpointables(target))["params"]["w"]
         expected = _expected(mgr.latest_step())
         exact = all(np.array_equal(np.asarray(shard.data), expected[shard.index])
                     for shard in loaded.addressable_shards)

@@ -225,7 +225,7 @@ def python_runs_while_save_waits(path: str, delay_s: float) -> dict:
 def save_after_one_process_failed(path: str, timeout_s: float) -> dict:
     """Process 1 fails its first save before reaching the engine (a bad leaf);
     the others' save of that call times out. The next save must then work
-    everywhere: every process counted the failed call alike. It also holds
+    everywhere: the failed call's id was never agreed. It also holds
     a process-local jax array, which must be written once."""
     state = {"w": np.arange(16, dtype=np.float32)}
     first = dict(state, bad=object()) if jax.process_index() == 1 else state
