@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdint>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -32,8 +33,9 @@ std::string EnvironmentPython() {
   return "";
 }
 
+// `step` < 0: none given (the source's own step, if it records one).
 int Run(const std::string& src, const std::string& dst, const std::string& from,
-        bool allow_pickle) {
+        bool allow_pickle, int64_t step) {
   const std::string python = EnvironmentPython();
   if (python.empty()) {
     std::cerr << "shardkeep convert: no Python interpreter beside this program: convert "
@@ -44,6 +46,10 @@ int Run(const std::string& src, const std::string& dst, const std::string& from,
   std::vector<std::string> args = {python, "-m", "shardkeep.convert_command", src, dst,
                                    "--from", from};
   if (allow_pickle) args.push_back("--allow-pickle");
+  if (step >= 0) {
+    args.push_back("--step");
+    args.push_back(std::to_string(step));
+  }
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -62,6 +68,7 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
   auto dst = std::make_shared<std::string>();
   auto from = std::make_shared<std::string>();
   auto allow_pickle = std::make_shared<bool>(false);
+  auto step = std::make_shared<int64_t>(-1);
   command->add_option("SRC", *src, "The checkpoint to convert (path or s3:// URL)")->required();
   command->add_option("DST", *dst, "Where to write the shardkeep checkpoint")->required();
   command->add_option("--from", *from, "The source's format")
@@ -70,7 +77,12 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
   command->add_flag("--allow-pickle", *allow_pickle,
                     "DCP only: unpickle its metadata file (run code from the checkpoint: "
                     "only for checkpoints you trust)");
-  command->callback([=, &exit_code] { exit_code = Run(*src, *dst, *from, *allow_pickle); });
+  command->add_option("--step", *step,
+                      "The step to record in the checkpoint (default: the Orbax step "
+                      "folder's number, when there is one)")
+      ->check(CLI::NonNegativeNumber);
+  command->callback(
+      [=, &exit_code] { exit_code = Run(*src, *dst, *from, *allow_pickle, *step); });
 }
 
 }  // namespace shardkeep::cli

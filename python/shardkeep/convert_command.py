@@ -1,6 +1,7 @@
 """``shardkeep convert``: the command-line tool's conversion, which needs
 the Python libraries that read other formats (tensorstore, torch). The C++
-tool runs ``python -m shardkeep.convert_command SRC DST --from FORMAT``;
+tool runs ``python -m shardkeep.convert_command SRC DST --from FORMAT
+[--allow-pickle] [--step N]``;
 exit codes are the tool's: 0 done, 2 bad arguments, 3 failed."""
 
 from __future__ import annotations
@@ -20,17 +21,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-pickle", action="store_true",
                         help="DCP only: unpickle its metadata file (runs code from the "
                              "checkpoint: only for checkpoints you trust)")
+    parser.add_argument("--step", type=_step, default=None,
+                        help="the step to record in the checkpoint (default: the Orbax "
+                             "step folder's number, when there is one)")
     args = parser.parse_args(argv)  # exits 2 on bad arguments
     import shardkeep as sk
 
     try:
         sk.convert(args.src, args.dst, source_format=args.source_format,
-                   allow_pickle=args.allow_pickle)
+                   allow_pickle=args.allow_pickle, step=args.step)
     except sk.ShardkeepError as e:
         print(f"shardkeep convert: {args.src}: {e}", file=sys.stderr)
         return 3
     print(f"converted {args.src} -> {args.dst}")
     return 0
+
+
+def _step(text: str) -> int:
+    step = int(text)
+    if step < 0:
+        raise argparse.ArgumentTypeError(f"a step is 0 or more, got {step}")
+    return step
 
 
 if __name__ == "__main__":

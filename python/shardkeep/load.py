@@ -90,7 +90,11 @@ def _load(path, targets: Mapping[str, Any] | None, partial: bool,
     for name, target in targets.items():
         if name not in available:
             if one_tree:
-                raise named_parts.no_state(path, sorted(available))
+                names = sorted(available)
+                raise named_parts.no_state(
+                    f"checkpoint {path!r}", names,
+                    f"sk.load_checkpointables({path!r}) (all, or a mapping of name to target)"
+                    f" or sk.load({path!r}, sk.Checkpointables({named_parts.listing(names)}))")
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
         results[name] = _load_one(reader, path, name, available[name]["kind"], target,

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _core, checkpointables, dtypes, exchange, load_executor, load_plan, load_source
+from . import named_parts
 from . import local_slices
 from . import options as options_lib
 from .errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
@@ -77,6 +78,11 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
             f"targets must map checkpointable names to targets, got {type(targets).__name__}")
     where = f"local step {decision.step} under {tier.root}"
     for name in targets:
+        if name == named_parts.STATE and name not in parts:
+            names = sorted(parts)
+            raise named_parts.no_state(
+                where, names, "manager.restore(sk.Checkpointables("
+                f"{named_parts.listing(names)})), or an empty sk.Checkpointables() for all")
         if name not in parts:
             raise NotFoundError(f"{where} has no checkpointable {name!r}; it has"
                                 f" {sorted(parts)}")

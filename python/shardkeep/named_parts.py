@@ -74,10 +74,13 @@ def loaded(target: Any, values: dict[str, Any]) -> Any:
     return Checkpointables(values) if named(target) else values[STATE]
 
 
-def no_state(path: str, available: list[str]) -> NotFoundError:
-    """The error of loading one tree from a checkpoint that holds named parts."""
-    listing = ", ".join(f"{name}=..." for name in available)
-    return NotFoundError(
-        f"checkpoint {path!r} holds the named checkpointables {available}, not one tree"
-        f" 'state': load them with sk.load_checkpointables({path!r}) (all, or a mapping"
-        f" of name to target) or sk.load({path!r}, sk.Checkpointables({listing}))")
+def no_state(where: str, available: list[str], calls: str) -> NotFoundError:
+    """The error of loading one tree from ``where``, which holds named parts;
+    ``calls`` says what reads them (``listing`` helps write it)."""
+    return NotFoundError(f"{where} holds the named checkpointables {available}, not one"
+                         f" tree 'state': load them with {calls}")
+
+
+def listing(available: list[str]) -> str:
+    """``a=..., b=...``: the arguments of a Checkpointables naming ``available``."""
+    return ", ".join(f"{name}=..." for name in available)

@@ -404,3 +404,18 @@ def test_convert_hands_over_to_the_python_package(tmp_path):
     again = run("convert", source, ckpt, "--from", "safetensors", expect=FAILED)
     assert "already" in again.stderr.lower(), again.stderr  # a checkpoint is there
     run("convert", "a", "b", "--from", "pickles", expect=USAGE)
+    run("convert", source, tmp_path / "neg", "--from", "safetensors", "--step", "-1",
+        expect=USAGE)
+
+
+def test_convert_records_the_step_given(tmp_path):
+    """`--step` reaches sk.convert: metadata and `shardkeep ls` show it."""
+    import safetensors.numpy
+
+    safetensors.numpy.save_file({"w": np.ones(4, np.float32)}, str(tmp_path / "m.safetensors"))
+    root = tmp_path / "run"
+    run("convert", tmp_path / "m.safetensors", root / "000000042", "--from", "safetensors",
+        "--step", "42")
+    assert sk.metadata(root / "000000042").step == 42
+    [entry] = run_json("ls", root)["entries"]
+    assert entry["step"] == 42, entry

@@ -75,6 +75,22 @@ def test_restore_takes_the_newest_local_step_bit_exact(tmp_path):
     assert isinstance(whole["w"], np.ndarray) and _equal(whole, _state(6, mesh))
 
 
+def test_restoring_one_tree_from_named_parts_says_what_to_call(tmp_path):
+    mesh = _mesh()
+    with _manager(tmp_path) as mgr:
+        mgr.save(1, sk.Checkpointables(params=_state(1, mesh), data=sk.JsonValue({"i": 1})))
+    with _manager(tmp_path) as mgr:
+        with pytest.raises(sk.NotFoundError) as e:
+            mgr.restore(_state(0, mesh))
+        assert str(e.value) == (
+            f"local step 1 under {tmp_path / 'local0'} holds the named checkpointables"
+            " ['data', 'params'], not one tree 'state': load them with"
+            " manager.restore(sk.Checkpointables(data=..., params=...)), or an empty"
+            " sk.Checkpointables() for all")
+        step, parts = mgr.restore(sk.Checkpointables(params=_state(0, mesh)))
+    assert step == 1 and _equal(parts["params"], _state(1, mesh))
+
+
 def test_local_and_persistent_retention_are_independent(tmp_path):
     mesh = _mesh()
     with _manager(tmp_path, keep_last=2, local_keep_last=3) as mgr:

@@ -16,14 +16,14 @@ from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
 from shardkeep import exchange
+from job_arrays import job_array, job_mesh
 
 SHAPE = (8, 4)
 LONE_TIMEOUT_S = 3.0
 
 
 def _mesh() -> Mesh:
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    return Mesh(devices.reshape(jax.process_count(), -1), ("data", "model"))
+    return job_mesh(jax.process_count())
 
 
 def _value(step: int) -> np.ndarray:
@@ -32,8 +32,7 @@ def _value(step: int) -> np.ndarray:
 
 def _state(step: int, mesh: Mesh) -> dict:
     value = _value(step)
-    w = jax.make_array_from_callback(SHAPE, NamedSharding(mesh, P("data", "model")),
-                                     lambda index: value[index])
+    w = job_array(value, NamedSharding(mesh, P("data", "model")))
     return {"w": w}
 
 

@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
 from shardkeep import _core, broadcast_load, shardings
+from job_arrays import job_array, job_mesh
 
 KEY_IMPL = "threefry2x32"
 # name -> (shape, stored dtype, loaded dtype, spec over ("replica", "model")).
@@ -76,8 +77,7 @@ def loaded_value(name: str) -> np.ndarray:
 def mesh(replicas: int) -> Mesh:
     """All devices of the job (one per process), ``replicas`` rows of the
     processes in order; each row holds one copy of the model."""
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    return Mesh(devices.reshape(replicas, -1), ("replica", "model"))
+    return job_mesh(replicas, ("replica", "model"))
 
 
 def state(m: Mesh) -> dict:
@@ -86,12 +86,10 @@ def state(m: Mesh) -> dict:
         value = expected(name)
         sharding = NamedSharding(m, spec)
         if name == "keys":
-            data = jax.make_array_from_callback(value.shape, sharding,
-                                                lambda index, v=value: v[index])
-            out[name] = jax.random.wrap_key_data(data, impl=KEY_IMPL)
+            out[name] = jax.random.wrap_key_data(job_array(value, sharding), impl=KEY_IMPL)
         else:
-            out[name] = jax.make_array_from_callback(shape, sharding,
-                                                     lambda index, v=value: v[index])
+            assert value.shape == shape, name
+            out[name] = job_array(value, sharding)
     out["numpy"] = expected("numpy")
     out["step"] = STEP
     return out

@@ -11,6 +11,7 @@ import collections
 
 import ml_dtypes
 import numpy as np
+from job_arrays import job_mesh
 
 # Every dtype a checkpoint can hold (cpp/src/core/dtype.cc).
 DTYPES = ("bool", "int4", "uint4", "int8", "int16", "int32", "int64", "uint8",
@@ -92,8 +93,7 @@ def save(path: str, compress: bool, small: bool = False) -> dict:
                    "blob": b"xy"},
             options=sk.Options(compression="zstd", chunk_bytes=64), step=3)
         return {"process": jax.process_index()}
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    mesh = Mesh(devices.reshape(4, 2), ("a", "b"))
+    mesh = job_mesh(4, ("a", "b"))
     state = expected_tree()
     for i, name in enumerate(DTYPES):
         value = state["arrays"][name]

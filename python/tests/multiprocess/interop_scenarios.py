@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
 from shardkeep.interop import orbax as orbax_reader
+from job_arrays import job_array, job_mesh
 
 SHAPE = (16, 8)
 
@@ -24,8 +25,7 @@ def expected() -> dict[str, np.ndarray]:
 
 
 def _mesh() -> Mesh:
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    return Mesh(devices.reshape(2, -1), ("data", "model"))
+    return job_mesh(2)
 
 
 def _shardings(mesh: Mesh) -> dict[str, NamedSharding]:
@@ -37,9 +37,7 @@ def save_orbax(path: str) -> dict:
     import orbax.checkpoint as ocp
 
     values, shardings = expected(), _shardings(_mesh())
-    state = {name: jax.make_array_from_callback(values[name].shape, shardings[name],
-                                                lambda index, v=values[name]: v[index])
-             for name in values}
+    state = {name: job_array(values[name], shardings[name]) for name in values}
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(path, state)
     return {"saved": True}
@@ -99,8 +97,7 @@ def broadcast_values() -> dict[str, np.ndarray]:
 
 
 def _replica_mesh() -> Mesh:
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    return Mesh(devices.reshape(jax.process_count(), -1), ("replica", "model"))
+    return job_mesh(jax.process_count(), ("replica", "model"))
 
 
 def _broadcast_target(mesh: Mesh, with_keys: bool) -> dict:

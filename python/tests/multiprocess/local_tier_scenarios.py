@@ -18,13 +18,13 @@ from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
 from shardkeep import distributed
+from job_arrays import job_array, job_mesh
 
 PERSISTENT_INTERVAL = 4
 
 
 def _mesh(rows: int) -> Mesh:
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    return Mesh(devices.reshape(rows, -1), ("data", "model"))
+    return job_mesh(rows)
 
 
 def _expected(step: int) -> dict:
@@ -45,9 +45,8 @@ def _specs(variant: str) -> dict:
 
 def _state(step: int, mesh: Mesh) -> sk.Checkpointables:
     values = _expected(step)
-    tree = {name: jax.make_array_from_callback(
-        values[name].shape, NamedSharding(mesh, spec), lambda index, v=values[name]: v[index])
-        for name, spec in _specs("train").items()}
+    tree = {name: job_array(values[name], NamedSharding(mesh, spec))
+            for name, spec in _specs("train").items()}
     tree["n"] = values["n"]
     return sk.Checkpointables(params=tree, data=sk.JsonValue({"next_step": step + 1}))
 

@@ -15,14 +15,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
+from job_arrays import job_array, job_mesh
 
 LOSSES = {2: 5.0, 4: 1.0, 5: 4.0, 6: 3.0, 8: 6.0, 10: 7.0}
 SHAPE = (16, 8)
 
 
 def _mesh() -> Mesh:
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
-    return Mesh(devices.reshape(2, -1), ("data", "model"))
+    return job_mesh(2)
 
 
 def _expected(step: int) -> np.ndarray:
@@ -31,8 +31,7 @@ def _expected(step: int) -> np.ndarray:
 
 def _state(step: int, mesh: Mesh) -> dict:
     value = _expected(step)
-    w = jax.make_array_from_callback(SHAPE, NamedSharding(mesh, P("data", "model")),
-                                     lambda index: value[index])
+    w = job_array(value, NamedSharding(mesh, P("data", "model")))
     return sk.Checkpointables(params={"w": w}, data=sk.JsonValue({"next_step": step}))
 
 

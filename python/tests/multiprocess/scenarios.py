@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
+from job_arrays import job_devices
 
 # name -> (shape, dtype, partition spec over mesh axes ("a", "b")).
 # Saved on a (4, 2) mesh of 4 processes x 2 devices whose row p holds
@@ -46,7 +47,7 @@ def expected(name: str) -> np.ndarray:
 
 def mesh(shape=(4, 2), transpose: bool = False) -> Mesh:
     """A mesh over all devices of the job, sorted by id (process-major)."""
-    devices = np.array(sorted(jax.devices(), key=lambda d: (d.process_index, d.id)))
+    devices = job_devices()
     if transpose:
         return Mesh(devices.reshape(shape[::-1]).T, ("a", "b"))
     return Mesh(devices.reshape(shape), ("a", "b"))
