@@ -12,61 +12,19 @@
 
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
-#include "testing/payloads.h"
 #include "testing/status_matchers.h"
 #include "testing/storage_conformance.h"
+#include "testing/versions.h"
 
 namespace shardkeep {
 namespace {
 
-constexpr uint64_t kSide = 4;
+using testdata::CommittedVersion;
+using testdata::SaveVersion;
+
 constexpr char kPath[] = "r/ckpt";
 constexpr char kTmp[] = "r/ckpt.shardkeep-tmp";
 constexpr char kOld[] = "r/ckpt.shardkeep-old";
-
-// Checkpoint "version v": a 4x4 float32 leaf holding v, v+1, ...
-SaveRequest VersionRequest(const std::string& path, float version,
-                           std::vector<float>& values) {
-  values.resize(kSide * kSide);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = version + static_cast<float>(i);
-  SaveRequest request;
-  request.path = path;
-  request.force = true;
-  CheckpointablePayload part =
-      testdata::PytreePayload("state", {{"w", "float32", {kSide, kSide}}});
-  part.shards.push_back({0, DType::kFloat32, Box{{0, 0}, {kSide, kSide}},
-                         reinterpret_cast<const uint8_t*>(values.data())});
-  request.parts.push_back(std::move(part));
-  return request;
-}
-
-Status SaveVersion(std::shared_ptr<Storage> storage, const std::string& path,
-                   float version) {
-  std::vector<float> values;
-  return Save(std::move(storage), NewSingleProcessCoordinator(),
-              VersionRequest(path, version, values), Options());
-}
-
-// The version of the whole checkpoint committed at `path`; nullopt when
-// none opens or its values are not one version's.
-std::optional<float> CommittedVersion(const std::shared_ptr<Storage>& storage,
-                                      const std::string& path) {
-  auto reader = CheckpointReader::Open(storage, path);
-  if (!reader.ok()) return std::nullopt;
-  std::vector<float> values(kSide * kSide);
-  if (!(*reader)
-           ->Read("state",
-                  {{0, DType::kFloat32, Box{{0, 0}, {kSide, kSide}},
-                    reinterpret_cast<uint8_t*>(values.data())}},
-                  Options())
-           .ok()) {
-    return std::nullopt;
-  }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i] != values[0] + static_cast<float>(i)) return std::nullopt;
-  }
-  return values[0];
-}
 
 // Memory storage holding version 1 at kPath, seen through a fault injector
 // that can pretend not to support Exchange.
