@@ -154,16 +154,19 @@ Box MakeBox(std::vector<uint64_t> origin, std::vector<uint64_t> shape) {
   return Box{std::move(origin), std::move(shape)};
 }
 
-// A field of the argument classes Python builds (Shard, SavePart,
-// ReadRequest), converted to T; a value of another type is a TypeError that
-// names the field (nanobind's own error would list the whole signature).
+// The TypeError of a field of the argument classes Python builds (Shard,
+// SavePart, ReadRequest): "<rule>, got <the value's type>". It names the
+// field, where nanobind's own error would list the whole signature.
+[[noreturn]] void RaiseFieldTypeError(const std::string& rule, nb::handle value) {
+  throw nb::type_error((rule + ", got " + nb::type_name(value.type()).c_str()).c_str());
+}
+
+// A field converted to T, or the field's TypeError.
 template <typename T>
 T FieldOrTypeError(nb::handle value, const char* field, const char* expected) {
   T out;
   if (!nb::try_cast<T>(value, out)) {
-    throw nb::type_error((std::string(field) + " must be " + expected + ", got " +
-                          nb::type_name(value.type()).c_str())
-                             .c_str());
+    RaiseFieldTypeError(std::string(field) + " must be " + expected, value);
   }
   return out;
 }
@@ -207,10 +210,8 @@ nb::object ShardDataOrTypeError(nb::handle data) {
   InputBytes bytes;
   // No conversion: the save reads the array itself, not a converted copy.
   if (!PyCallable_Check(data.ptr()) && !nb::try_cast<InputBytes>(data, bytes, false)) {
-    throw nb::type_error((std::string("Shard.data must be a 1-d uint8 array or a callable"
-                                      " fill(origin, shape), got ") +
-                          nb::type_name(data.type()).c_str())
-                             .c_str());
+    RaiseFieldTypeError("Shard.data must be a 1-d uint8 array or a callable fill(origin, shape)",
+                        data);
   }
   return nb::borrow(data);
 }
@@ -219,26 +220,20 @@ nb::object ReadBufferOrTypeError(nb::handle buffer) {
   OutputBytes bytes;
   // No conversion: the read must fill the array itself, not a converted copy.
   if (!buffer.is_none() && !nb::try_cast<OutputBytes>(buffer, bytes, false)) {
-    throw nb::type_error((std::string("ReadRequest.buffer must be a writable 1-d uint8 array"
-                                      " or None, got ") +
-                          nb::type_name(buffer.type()).c_str())
-                             .c_str());
+    RaiseFieldTypeError("ReadRequest.buffer must be a writable 1-d uint8 array or None",
+                        buffer);
   }
   return nb::borrow(buffer);
 }
 
 nb::list ShardsOrTypeError(nb::handle shards) {
   if (!nb::isinstance<nb::list>(shards)) {
-    throw nb::type_error((std::string("SavePart.shards must be a list of Shard, got ") +
-                          nb::type_name(shards.type()).c_str())
-                             .c_str());
+    RaiseFieldTypeError("SavePart.shards must be a list of Shard", shards);
   }
   nb::list list = nb::borrow<nb::list>(shards);
   for (size_t i = 0; i < list.size(); ++i) {
     if (!nb::isinstance<PyShard>(list[i])) {
-      throw nb::type_error(("SavePart.shards[" + std::to_string(i) + "] must be a Shard, got " +
-                            nb::type_name(list[i].type()).c_str())
-                               .c_str());
+      RaiseFieldTypeError("SavePart.shards[" + std::to_string(i) + "] must be a Shard", list[i]);
     }
   }
   return list;
