@@ -3,7 +3,7 @@
 # installed C++ package as a shared library, the commit protocol at
 # simulated scale, the C++ tests under sanitizers, the Python tests
 # (pytest, on 8 CPU devices), 50 crash-torture trials and a short fuzzing
-# run.
+# run; and mypy on the installed package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -17,6 +17,12 @@ cmake --build build/shared
 cpp/package_test/check.sh build/shared
 scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
 scripts/sanitize.sh
+
+# The package type-checks against the extension's stubs: mypy on the
+# installed package, from outside the repository so that `shardkeep` is
+# the installed one (with _core.pyi); settings in pyproject.toml.
+(repo=$PWD && cd /tmp && "$repo/.venv/bin/python" -m mypy --no-incremental \
+   --config-file "$repo/pyproject.toml" -p shardkeep)
 
 # test_cpp_round_trip.py runs the C++ examples built above.
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \

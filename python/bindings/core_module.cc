@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -153,22 +154,89 @@ Box MakeBox(std::vector<uint64_t> origin, std::vector<uint64_t> shape) {
   return Box{std::move(origin), std::move(shape)};
 }
 
-// The (leaf, dtype, origin, shape, buffer) tuples of shards and read
-// requests: the first four fields, checked; the caller takes the buffer.
-struct LeafBox {
-  uint32_t leaf;
-  DType dtype;
-  Box box;
-};
-LeafBox ParseLeafBox(nb::handle item, const char* what) {
-  nb::tuple fields = nb::cast<nb::tuple>(item);
-  if (fields.size() != 5) {
-    Raise(InvalidArgumentError(std::string(what) +
-                               " is a (leaf, dtype, origin, shape, buffer) tuple"));
+// The TypeError of a field of the argument classes Python builds (Shard,
+// SavePart, ReadRequest): "<rule>, got <the value's type>". It names the
+// field, where nanobind's own error would list the whole signature.
+[[noreturn]] void RaiseFieldTypeError(const std::string& rule, nb::handle value) {
+  throw nb::type_error((rule + ", got " + nb::type_name(value.type()).c_str()).c_str());
+}
+
+// A field converted to T, or the field's TypeError.
+template <typename T>
+T FieldOrTypeError(nb::handle value, const char* field, const char* expected) {
+  T out;
+  if (!nb::try_cast<T>(value, out)) {
+    RaiseFieldTypeError(std::string(field) + " must be " + expected, value);
   }
-  return {nb::cast<uint32_t>(fields[0]), DTypeOrRaise(nb::cast<std::string>(fields[1])),
-          MakeBox(nb::cast<std::vector<uint64_t>>(fields[2]),
-                  nb::cast<std::vector<uint64_t>>(fields[3]))};
+  return out;
+}
+
+// The box of a leaf in a dtype that a shard or a read request names. The
+// dtype is checked when set; origin and shape when used (setting one, then
+// the other, passes through a mismatch).
+struct LeafBox {
+  uint32_t leaf = 0;
+  DType dtype{};
+  std::vector<uint64_t> origin;
+  std::vector<uint64_t> shape;
+
+  Box ToBox() const { return MakeBox(origin, shape); }
+};
+
+// _core.Shard: a box this process saves, and its bytes: a flat uint8 array,
+// or a callable fill(origin, shape) -> flat uint8 array that the writer
+// threads call chunk by chunk.
+struct PyShard : LeafBox {
+  nb::object data;
+};
+
+// _core.ReadRequest: a box to read, cast to `dtype`, into `buffer` (a flat
+// uint8 array; None for locate and ranges, which read nothing).
+struct PyReadRequest : LeafBox {
+  nb::object buffer;
+};
+
+// _core.SavePart: one checkpointable of a save. json and bytes parts carry
+// `value`; pytree parts their shards.
+struct PySavePart {
+  std::string name;
+  std::string kind;
+  std::string meta_json;
+  nb::bytes value{"", 0};  // nb::bytes() would be null
+  nb::list shards;
+};
+
+nb::object ShardDataOrTypeError(nb::handle data) {
+  InputBytes bytes;
+  // No conversion: the save reads the array itself, not a converted copy.
+  if (!PyCallable_Check(data.ptr()) && !nb::try_cast<InputBytes>(data, bytes, false)) {
+    RaiseFieldTypeError("Shard.data must be a 1-d uint8 array or a callable fill(origin, shape)",
+                        data);
+  }
+  return nb::borrow(data);
+}
+
+nb::object ReadBufferOrTypeError(nb::handle buffer) {
+  OutputBytes bytes;
+  // No conversion: the read must fill the array itself, not a converted copy.
+  if (!buffer.is_none() && !nb::try_cast<OutputBytes>(buffer, bytes, false)) {
+    RaiseFieldTypeError("ReadRequest.buffer must be a writable 1-d uint8 array or None",
+                        buffer);
+  }
+  return nb::borrow(buffer);
+}
+
+nb::list ShardsOrTypeError(nb::handle shards) {
+  if (!nb::isinstance<nb::list>(shards)) {
+    RaiseFieldTypeError("SavePart.shards must be a list of Shard", shards);
+  }
+  nb::list list = nb::borrow<nb::list>(shards);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!nb::isinstance<PyShard>(list[i])) {
+      RaiseFieldTypeError("SavePart.shards[" + std::to_string(i) + "] must be a Shard", list[i]);
+    }
+  }
+  return list;
 }
 
 // The overrides an s3:// path is resolved with: the S3 client's requests
@@ -396,12 +464,12 @@ struct PySaveHandle {
 // A shard given as a callable fill(origin, shape) -> uint8 array of the
 // chunk's bytes: a source the writer threads call chunk by chunk
 // (ShardData::fill), so that conversions never hold the whole state.
-ShardData SourceShard(LeafBox shard, const std::string& part, nb::object fn) {
+ShardData SourceShard(const PyShard& shard, const std::string& part) {
   auto source = std::make_shared<PyFunction>(
-      std::move(fn), "the source of a shard of leaf #" + std::to_string(shard.leaf) +
-                         " of '" + part + "'");
+      shard.data, "the source of a shard of leaf #" + std::to_string(shard.leaf) +
+                      " of '" + part + "'");
   const DType dtype = shard.dtype;
-  ShardData data{shard.leaf, dtype, std::move(shard.box), nullptr};
+  ShardData data{shard.leaf, dtype, shard.ToBox(), nullptr};
   data.fill = [source, dtype](const Box& chunk, uint8_t* dst) -> Status {
     nb::gil_scoped_acquire acquire;  // held until `produced` is dropped
     SK_ASSIGN_OR_RETURN(nb::object produced, source->Call(chunk.origin, chunk.shape));
@@ -423,29 +491,29 @@ ShardData SourceShard(LeafBox shard, const std::string& part, nb::object fn) {
   return data;
 }
 
-CheckpointablePayload ParsePart(nb::dict part, nb::list& borrowed) {
+CheckpointablePayload ParsePart(const PySavePart& part, nb::list& borrowed) {
   CheckpointablePayload payload;
-  payload.name = nb::cast<std::string>(part["name"]);
-  payload.kind = nb::cast<std::string>(part["kind"]);
-  payload.meta_json = nb::cast<std::string>(part["meta_json"]);
-  nb::bytes value = nb::cast<nb::bytes>(part["value"]);
-  payload.value.assign(value.c_str(), value.size());
-  for (nb::handle item : nb::cast<nb::list>(part["shards"])) {
-    LeafBox shard = ParseLeafBox(item, "a shard");
-    nb::object buffer = nb::cast<nb::tuple>(item)[4];
-    if (PyCallable_Check(buffer.ptr())) {
-      payload.shards.push_back(SourceShard(std::move(shard), payload.name, buffer));
+  payload.name = part.name;
+  payload.kind = part.kind;
+  payload.meta_json = part.meta_json;
+  payload.value.assign(part.value.c_str(), part.value.size());
+  // Checked again: the list may have been appended to since it was set.
+  for (nb::handle item : ShardsOrTypeError(part.shards)) {
+    const PyShard& shard = nb::cast<const PyShard&>(item);
+    if (PyCallable_Check(shard.data.ptr())) {
+      payload.shards.push_back(SourceShard(shard, payload.name));
       continue;
     }
-    InputBytes bytes = nb::cast<InputBytes>(buffer);
-    CheckBufferSize(bytes.size(), shard.box, shard.dtype, "shard data");
-    borrowed.append(buffer);
-    payload.shards.push_back({shard.leaf, shard.dtype, std::move(shard.box), bytes.data()});
+    InputBytes bytes = nb::cast<InputBytes>(shard.data, /*convert=*/false);
+    Box box = shard.ToBox();
+    CheckBufferSize(bytes.size(), box, shard.dtype, "shard data");
+    borrowed.append(shard.data);
+    payload.shards.push_back({shard.leaf, shard.dtype, std::move(box), bytes.data()});
   }
   return payload;
 }
 
-PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
+PySaveHandle* StartSavePy(const std::string& url, const std::vector<const PySavePart*>& parts,
                           std::optional<int64_t> step,
                           const std::string& custom_metadata_json,
                           const std::string& metrics_json, bool force,
@@ -460,8 +528,9 @@ PySaveHandle* StartSavePy(const std::string& url, nb::list parts,
   request.custom_metadata_json = custom_metadata_json;
   request.metrics_json = metrics_json;
   nb::list borrowed;
-  for (nb::handle part : parts) {
-    request.parts.push_back(ParsePart(nb::cast<nb::dict>(part), borrowed));
+  for (const PySavePart* part : parts) {
+    if (!part) Raise(InvalidArgumentError("a part is None, not a SavePart"));
+    request.parts.push_back(ParsePart(*part, borrowed));
   }
   std::shared_ptr<Coordinator> group =
       coordinator ? coordinator->coordinator : NewSingleProcessCoordinator();
@@ -556,59 +625,50 @@ struct PyReader {
     return nb::bytes(bytes.data(), bytes.size());
   }
 
-  void Read(const std::string& name, nb::list requests, const Options& options) {
+  void Read(const std::string& name, const std::vector<const PyReadRequest*>& requests,
+            const Options& options) {
     std::vector<ReadRequest> parsed;
     // The destination arrays stay referenced by `requests` for the call.
-    for (nb::handle item : requests) {
-      LeafBox request = ParseLeafBox(item, "a read request");
-      OutputBytes dst = nb::cast<OutputBytes>(nb::cast<nb::tuple>(item)[4]);
-      CheckBufferSize(dst.size(), request.box, request.dtype, "read destination");
-      parsed.push_back({request.leaf, request.dtype, std::move(request.box), dst.data()});
+    for (const PyReadRequest* request : requests) {
+      if (!request) Raise(InvalidArgumentError("a request is None, not a ReadRequest"));
+      if (request->buffer.is_none()) {
+        Raise(InvalidArgumentError("a read request of leaf #" + std::to_string(request->leaf) +
+                                   " has no buffer to read into"));
+      }
+      OutputBytes dst = nb::cast<OutputBytes>(request->buffer, /*convert=*/false);
+      Box box = request->ToBox();
+      CheckBufferSize(dst.size(), box, request->dtype, "read destination");
+      parsed.push_back({request->leaf, request->dtype, std::move(box), dst.data()});
     }
     ThrowIfError(RunInterruptibly([&] { return reader->Read(name, parsed, options); }), url);
   }
 
-  // Requests as for Read (their buffers are not used); for each, None or
-  // (file, offset, length, checksum) of the one raw chunk holding it.
-  nb::list LocateRanges(const std::string& name, nb::list requests, const Options& options) {
+  // Requests as for Read, their buffers unused (None): the boxes alone.
+  static std::vector<ReadRequest> Boxes(const std::vector<const PyReadRequest*>& requests) {
     std::vector<ReadRequest> parsed;
-    for (nb::handle item : requests) {
-      LeafBox request = ParseLeafBox(item, "a locate request");
-      parsed.push_back({request.leaf, request.dtype, std::move(request.box), nullptr});
+    for (const PyReadRequest* request : requests) {
+      if (!request) Raise(InvalidArgumentError("a request is None, not a ReadRequest"));
+      parsed.push_back({request->leaf, request->dtype, request->ToBox(), nullptr});
     }
-    std::vector<std::optional<StoredRange>> ranges = ValueOrRaise(
-        WithoutGil([&] { return reader->Locate(name, parsed, options); }), url);
-    nb::list out;
-    for (const std::optional<StoredRange>& range : ranges) {
-      if (!range) {
-        out.append(nb::none());
-      } else {
-        out.append(nb::make_tuple(range->file, range->offset, range->length,
-                                  range->checksum));
-      }
-    }
-    return out;
+    return parsed;
   }
 
-  // Requests as for Locate; for each, the (file, offset, length) ranges a
-  // read of it fetches (CheckpointReader::Ranges).
-  nb::list StoredRanges(const std::string& name, nb::list requests, const Options& options) {
-    std::vector<ReadRequest> parsed;
-    for (nb::handle item : requests) {
-      LeafBox request = ParseLeafBox(item, "a ranges request");
-      parsed.push_back({request.leaf, request.dtype, std::move(request.box), nullptr});
-    }
-    std::vector<std::vector<StoredRange>> ranges = ValueOrRaise(
-        WithoutGil([&] { return reader->Ranges(name, parsed, options); }), url);
-    nb::list out;
-    for (const std::vector<StoredRange>& request_ranges : ranges) {
-      nb::list one;
-      for (const StoredRange& range : request_ranges) {
-        one.append(nb::make_tuple(range.file, range.offset, range.length));
-      }
-      out.append(one);
-    }
-    return out;
+  // For each request, the one raw chunk holding it (with its checksum),
+  // or None.
+  std::vector<std::optional<StoredRange>> LocateRanges(
+      const std::string& name, const std::vector<const PyReadRequest*>& requests,
+      const Options& options) {
+    std::vector<ReadRequest> parsed = Boxes(requests);
+    return ValueOrRaise(WithoutGil([&] { return reader->Locate(name, parsed, options); }), url);
+  }
+
+  // For each request, the ranges a read of it fetches
+  // (CheckpointReader::Ranges; no checksums).
+  std::vector<std::vector<StoredRange>> StoredRanges(
+      const std::string& name, const std::vector<const PyReadRequest*>& requests,
+      const Options& options) {
+    std::vector<ReadRequest> parsed = Boxes(requests);
+    return ValueOrRaise(WithoutGil([&] { return reader->Ranges(name, parsed, options); }), url);
   }
 };
 
@@ -672,6 +732,85 @@ void ArmStorageFaultsPy(const std::vector<FaultRuleTuple>& tuples) {
     rules.push_back(std::move(rule));
   }
   ThrowIfError(ArmProcessFaults(std::move(rules)));
+}
+
+// A read/write attribute of an argument class: `set` checks the value
+// (a TypeError naming the field otherwise); `type` is its Python type, for
+// the stubs (the setter takes any object, which they would show).
+template <typename Class, typename Get, typename Set>
+void Attribute(nb::class_<Class>& cls, const char* name, const char* type, Get get, Set set) {
+  static std::deque<std::string> signatures;  // nb::sig keeps the pointer
+  const std::string& getter =
+      signatures.emplace_back(std::string("def ") + name + "(self, /) -> " + type);
+  const std::string& setter = signatures.emplace_back(
+      std::string("def ") + name + "(self, value: " + type + ", /) -> None");
+  // None reaches `set` too, which names the field when it is not allowed.
+  cls.def_prop_rw(name, get, set, nb::for_getter(nb::sig(getter.c_str())),
+                  nb::for_setter(nb::sig(setter.c_str())),
+                  nb::for_setter(nb::arg("value").none()));
+}
+
+// The checked setters of the fields of a shard or read request (`what`
+// names its class in errors), for its constructor and its attributes alike.
+void SetLeaf(LeafBox& box, const std::string& what, nb::handle value) {
+  box.leaf = FieldOrTypeError<uint32_t>(value, (what + ".leaf").c_str(), "an int >= 0");
+}
+void SetDType(LeafBox& box, const std::string& what, nb::handle value) {
+  box.dtype =
+      DTypeOrRaise(FieldOrTypeError<std::string>(value, (what + ".dtype").c_str(), "a str"));
+}
+void SetOrigin(LeafBox& box, const std::string& what, nb::handle value) {
+  box.origin = FieldOrTypeError<std::vector<uint64_t>>(value, (what + ".origin").c_str(),
+                                                       "a sequence of ints >= 0");
+}
+void SetShape(LeafBox& box, const std::string& what, nb::handle value) {
+  box.shape = FieldOrTypeError<std::vector<uint64_t>>(value, (what + ".shape").c_str(),
+                                                      "a sequence of ints >= 0");
+}
+
+void SetLeafBox(LeafBox& box, const std::string& what, nb::handle leaf, nb::handle dtype,
+                nb::handle origin, nb::handle shape) {
+  SetLeaf(box, what, leaf);
+  SetDType(box, what, dtype);
+  SetOrigin(box, what, origin);
+  SetShape(box, what, shape);
+}
+
+// The attributes the two classes of boxes share.
+template <typename Class>
+void LeafBoxAttributes(nb::class_<Class>& cls, const std::string& what) {
+  static_assert(std::is_base_of_v<LeafBox, Class>);
+  Attribute(cls, "leaf", "int", [](const Class& self) { return self.leaf; },
+            [what](Class& self, nb::handle v) { SetLeaf(self, what, v); });
+  Attribute(cls, "dtype", "str",
+            [](const Class& self) { return std::string(DTypeName(self.dtype)); },
+            [what](Class& self, nb::handle v) { SetDType(self, what, v); });
+  Attribute(cls, "origin", "list[int]", [](const Class& self) { return self.origin; },
+            [what](Class& self, nb::handle v) { SetOrigin(self, what, v); });
+  Attribute(cls, "shape", "list[int]", [](const Class& self) { return self.shape; },
+            [what](Class& self, nb::handle v) { SetShape(self, what, v); });
+}
+
+// The checked setters of SavePart's fields.
+void SetPartName(PySavePart& part, nb::handle value) {
+  part.name = FieldOrTypeError<std::string>(value, "SavePart.name", "a str");
+}
+void SetPartKind(PySavePart& part, nb::handle value) {
+  part.kind = FieldOrTypeError<std::string>(value, "SavePart.kind", "a str");
+}
+void SetPartMetaJson(PySavePart& part, nb::handle value) {
+  part.meta_json = FieldOrTypeError<std::string>(value, "SavePart.meta_json", "a str");
+}
+void SetPartValue(PySavePart& part, nb::handle value) {
+  part.value = FieldOrTypeError<nb::bytes>(value, "SavePart.value", "bytes");
+}
+void SetPartShards(PySavePart& part, nb::handle value) {
+  part.shards = ShardsOrTypeError(value);
+}
+
+std::string BoxRepr(const LeafBox& box) {
+  return "leaf " + std::to_string(box.leaf) + ", " + std::string(DTypeName(box.dtype)) +
+         ", box " + MakeBox(box.origin, box.shape).ToString();
 }
 
 }  // namespace
@@ -743,6 +882,95 @@ NB_MODULE(_core, m) {
                    "True once a wait for it was interrupted (or cancel() called),"
                    " which cancelled it.");
 
+  // The arguments of start_save and Reader.read, built by the Python front.
+  constexpr const char* kShardData =
+      "numpy.typing.NDArray[numpy.uint8] | "
+      "collections.abc.Callable[[list[int], list[int]], numpy.typing.NDArray[numpy.uint8]]";
+  static const std::string shard_init =  // nb::sig keeps the pointer
+      std::string("def __init__(self, leaf: int, dtype: str, origin: "
+                  "collections.abc.Sequence[int], shape: collections.abc.Sequence[int], data: ") +
+      kShardData + ") -> None";
+  nb::class_<PyShard> shard(m, "Shard",
+                            "A box of a leaf that this process saves, and its bytes: a flat"
+                            " uint8 array, or fill(origin, shape) -> the bytes of a chunk,"
+                            " called by the writer threads.");
+  shard.def(
+      "__init__",
+      [](PyShard* self, nb::handle leaf, nb::handle dtype, nb::handle origin, nb::handle shape,
+         nb::handle data) {
+        PyShard checked;  // checked whole before the object exists
+        SetLeafBox(checked, "Shard", leaf, dtype, origin, shape);
+        checked.data = ShardDataOrTypeError(data);
+        new (self) PyShard(std::move(checked));
+      },
+      "leaf"_a.none(), "dtype"_a.none(), "origin"_a.none(), "shape"_a.none(), "data"_a.none(),
+      nb::sig(shard_init.c_str()));
+  LeafBoxAttributes(shard, "Shard");
+  Attribute(shard, "data", kShardData, [](const PyShard& self) { return self.data; },
+            [](PyShard& self, nb::handle v) { self.data = ShardDataOrTypeError(v); });
+  shard.def("__repr__", [](const PyShard& self) { return "Shard(" + BoxRepr(self) + ")"; });
+
+  nb::class_<PyReadRequest> read_request(
+      m, "ReadRequest",
+      "A box of a leaf to read, cast to dtype, into buffer (a flat uint8 array; None where"
+      " nothing is read: locate, ranges).");
+  read_request.def(
+      "__init__",
+      [](PyReadRequest* self, nb::handle leaf, nb::handle dtype, nb::handle origin,
+         nb::handle shape, nb::handle buffer) {
+        PyReadRequest checked;
+        SetLeafBox(checked, "ReadRequest", leaf, dtype, origin, shape);
+        checked.buffer = ReadBufferOrTypeError(buffer);
+        new (self) PyReadRequest(std::move(checked));
+      },
+      "leaf"_a.none(), "dtype"_a.none(), "origin"_a.none(), "shape"_a.none(),
+      "buffer"_a.none() = nb::none(),
+      nb::sig("def __init__(self, leaf: int, dtype: str, origin: collections.abc.Sequence[int],"
+              " shape: collections.abc.Sequence[int],"
+              " buffer: numpy.typing.NDArray[numpy.uint8] | None = None) -> None"));
+  LeafBoxAttributes(read_request, "ReadRequest");
+  Attribute(read_request, "buffer", "numpy.typing.NDArray[numpy.uint8] | None",
+            [](const PyReadRequest& self) { return self.buffer; },
+            [](PyReadRequest& self, nb::handle v) { self.buffer = ReadBufferOrTypeError(v); });
+  read_request.def("__repr__", [](const PyReadRequest& self) {
+    return "ReadRequest(" + BoxRepr(self) + ")";
+  });
+
+  nb::class_<PySavePart> save_part(
+      m, "SavePart",
+      "One checkpointable of a save: its name, kind and meta.json text; the value of a json"
+      " or bytes part, the shards this process writes of a pytree part.");
+  save_part.def(
+      "__init__",
+      [](PySavePart* self, nb::handle name, nb::handle kind, nb::handle meta_json,
+         nb::handle value, nb::handle shards) {
+        PySavePart checked;
+        SetPartName(checked, name);
+        SetPartKind(checked, kind);
+        SetPartMetaJson(checked, meta_json);
+        SetPartValue(checked, value);
+        if (!shards.is_none()) SetPartShards(checked, shards);  // else a fresh list
+        new (self) PySavePart(std::move(checked));
+      },
+      "name"_a.none(), "kind"_a.none(), "meta_json"_a.none(),
+      "value"_a.none() = nb::bytes("", 0), "shards"_a.none() = nb::none(),
+      nb::sig("def __init__(self, name: str, kind: str, meta_json: str, value: bytes = b'',"
+              " shards: list[Shard] | None = None) -> None"));
+  Attribute(save_part, "name", "str", [](const PySavePart& self) { return self.name; },
+            SetPartName);
+  Attribute(save_part, "kind", "str", [](const PySavePart& self) { return self.kind; },
+            SetPartKind);
+  Attribute(save_part, "meta_json", "str",
+            [](const PySavePart& self) { return self.meta_json; }, SetPartMetaJson);
+  Attribute(save_part, "value", "bytes", [](const PySavePart& self) { return self.value; },
+            SetPartValue);
+  Attribute(save_part, "shards", "list[Shard]",
+            [](const PySavePart& self) { return self.shards; }, SetPartShards);
+  save_part.def("__repr__", [](const PySavePart& self) {
+    return "SavePart(" + self.name + ", " + self.kind + ", " +
+           std::to_string(self.shards.size()) + " shards)";
+  });
+
   m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),
         "step"_a = nb::none(), "custom_metadata_json"_a = "{}",
         "metrics_json"_a = "{}", "force"_a = false, "options"_a = Options(),
@@ -766,6 +994,17 @@ NB_MODULE(_core, m) {
         "process_count"_a, "barrier"_a, "set"_a, "get"_a, "try_get"_a,
         "A Coordinator whose operations are the given Python functions.");
 
+  nb::class_<StoredRange>(m, "StoredRange", "Bytes of a data file that a read fetches.")
+      .def_ro("file", &StoredRange::file, "The data file's name in the checkpoint.")
+      .def_ro("offset", &StoredRange::offset)
+      .def_ro("length", &StoredRange::length)
+      .def_ro("checksum", &StoredRange::checksum,
+              "The XXH3-64 of the range's bytes as stored; None for safetensors files.")
+      .def("__repr__", [](const StoredRange& r) {
+        return "StoredRange(" + r.file + ", " + std::to_string(r.offset) + ", " +
+               std::to_string(r.length) + ")";
+      });
+
   nb::class_<PyReader>(m, "Reader")
       .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
       .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
@@ -774,10 +1013,12 @@ NB_MODULE(_core, m) {
            "meta.json of a checkpointable, decoded and checked by the core.")
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
-      .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options())
+      .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options(),
+           "For each request (its buffer unused): the one raw chunk holding its bytes, with"
+           " its checksum, or None.")
       .def("ranges", &PyReader::StoredRanges, "name"_a, "requests"_a, "options"_a = Options(),
-           "For each request (leaf, dtype, origin, shape, None): the (file, offset, length)"
-           " ranges of data files its read fetches, in file order; needs no data file.");
+           "For each request (its buffer unused): the ranges of data files its read fetches,"
+           " in file order; needs no data file.");
 
   m.def("open_safetensors", &PyReader::OpenSafetensors, "url"_a, "options"_a = Options(),
         nb::rv_policy::take_ownership,

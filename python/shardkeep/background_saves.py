@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Callable
 
+from . import _core
 from .errors import ShardkeepError
 
 logger = logging.getLogger("shardkeep")
@@ -61,7 +62,7 @@ class BackgroundSave:
                  on_finished: Callable[[], None] | None = None):
         self.path = path
         self.timeout_s = timeout_s
-        self.handle = None
+        self.handle: _core.SaveHandle | None = None
         self.start_error: BaseException | None = None
         self.started = threading.Event()  # handle or start_error is set
         self.finished = threading.Event()  # set once the watcher has handled its end
@@ -98,6 +99,7 @@ class BackgroundSave:
         try:
             if self._cancel_requested:
                 raise ShardkeepError(f"save to {self.path!r} cancelled before it started")
+            assert self._start is not None  # started once
             handle = self._start()
         except BaseException as error:  # noqa: BLE001 - the save's outcome.
             self.start_error = error
@@ -115,6 +117,7 @@ class BackgroundSave:
                 self._on_finished()
             if self.start_error is not None:
                 raise self.start_error
+            assert self.handle is not None  # started, without an error
             self.handle.wait(0)
         except Exception as error:  # noqa: BLE001 - the save's own error.
             if not self.interrupted and self.claim_report():

@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from . import dtypes, exchange, host_memory, shardings
+from . import _core, dtypes, exchange, host_memory, shardings
 from .errors import ShardkeepError
 
 # A shared box smaller than this is read whole by one holder: many small
@@ -81,10 +81,10 @@ class _Box:
         return ((self.origin[0] + start,) + self.origin[1:],
                 (stop - start,) + self.shape[1:])
 
-    def request(self, rows: tuple[int, int]) -> tuple:
+    def request(self, rows: tuple[int, int]) -> _core.ReadRequest:
         """A ranges request (no buffer) for the box's rows ``rows``."""
         origin, shape = self.part(rows)
-        return (self.number, dtypes.name_of(self.dtype), list(origin), list(shape), None)
+        return _core.ReadRequest(self.number, dtypes.name_of(self.dtype), origin, shape)
 
 
 class _Piece:

@@ -19,7 +19,7 @@ import dataclasses
 import json
 from typing import Any, Callable
 
-from . import _core, staging
+from . import _core
 from .errors import InvalidArgumentError
 
 BASE_KINDS = ("pytree", "json", "bytes")
@@ -69,42 +69,49 @@ def check_name(name) -> None:
     _core.check_checkpointable_name(name)
 
 
-def encode(name: str, value: Any) -> dict:
-    """The ``_core.start_save`` part dict for checkpointable ``name``, plus
-    "aliased": the shards whose bytes belong to the caller (see
-    ``staging.stage_pytree``)."""
-    check_name(name)
+@dataclasses.dataclass(frozen=True)
+class Classified:
+    """What a value is saved as: its base kind, the base value (a
+    registered kind's ``save`` applied) and the registered kind's name."""
+
+    kind: str
+    value: Any
+    registered_kind: str | None = None
+
+
+def classify(value: Any) -> Classified:
+    """The base kind and value that ``value`` is saved as: a registered
+    kind's (by the value's class), bytes, json (``JsonValue``), else pytree."""
     registered = next((k for k in _registry.values() if isinstance(value, k.type)), None)
     if registered is not None:
-        return _encode_base(name, registered.base, registered.save(value), registered.name)
+        return Classified(registered.base, registered.save(value), registered.name)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _encode_base(name, "bytes", value)
+        return Classified("bytes", value)
     if isinstance(value, JsonValue):
-        return _encode_base(name, "json", value.value)
-    return _encode_base(name, "pytree", value)
+        return Classified("json", value.value)
+    return Classified("pytree", value)
 
 
-def _encode_base(name: str, kind: str, value: Any, registered_kind: str | None = None) -> dict:
-    part = {"name": name, "kind": kind, "value": b"", "shards": [], "aliased": []}
-    if kind == "pytree":
-        part["meta_json"], part["shards"], part["aliased"] = staging.stage_pytree(
-            value, registered_kind=registered_kind)
-        return part
-    meta = {"kind": kind}
-    if registered_kind is not None:
-        meta["registered_kind"] = registered_kind
-    part["meta_json"] = _core.encode_meta(meta)
-    if kind == "json":
+def value_part(name: str, base: Classified) -> _core.SavePart:
+    """The save part of a json or bytes checkpointable (a pytree's is staged:
+    ``shardkeep.staging``)."""
+    if base.kind not in ("json", "bytes"):
+        raise ValueError(f"value_part of a {base.kind} checkpointable")
+    meta: dict[str, str] = {"kind": base.kind}
+    if base.registered_kind is not None:
+        meta["registered_kind"] = base.registered_kind
+    if base.kind == "json":
         try:
-            part["value"] = json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
+            value = json.dumps(base.value, allow_nan=False, ensure_ascii=False).encode()
         except (TypeError, ValueError) as e:
             raise InvalidArgumentError(f"checkpointable {name!r} is not valid JSON: {e}") from e
     else:
-        part["value"] = bytes(value)
-    return part
+        value = bytes(base.value)
+    return _core.SavePart(name, base.kind, _core.encode_meta(meta), value)
 
 
 def decode(meta: dict, base_value: Any) -> Any:
     """Applies a registered kind's ``load`` to a loaded base value, if any."""
-    registered = _registry.get(meta.get("registered_kind"))
+    name = meta.get("registered_kind")
+    registered = _registry.get(name) if name is not None else None
     return registered.load(base_value) if registered is not None else base_value

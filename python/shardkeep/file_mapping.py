@@ -51,24 +51,25 @@ class FileMapper:
         ``slots`` have number, path, origin, shape, dtype and buffer (None);
         the others keep buffer None, to be read.
         """
-        requests = [(s.number, dtypes.name_of(s.dtype), list(s.origin), list(s.shape), None)
+        requests = [_core.ReadRequest(s.number, dtypes.name_of(s.dtype), s.origin, s.shape)
                     for s in slots]
         for slot, found in zip(slots, reader.locate(name, requests, core_options)):
             if found is None:
                 continue
-            file, offset, length, checksum = found
-            if checksum is None:
+            if found.checksum is None:
                 continue  # nothing to check it against (safetensors): read it
-            if offset % host_memory.XLA_ALIGNMENT:
+            if found.offset % host_memory.XLA_ALIGNMENT:
                 continue  # written before chunks were aligned: XLA would copy it
             try:
-                data = self._file(file)
+                data = self._file(found.file)
             except OSError:
                 continue  # missing or unreadable: the read path reports it, naming the file
-            if offset + length > data.size:
+            end = found.offset + found.length
+            if end > data.size:
                 continue  # a short file: the read path reports it
-            slot.buffer = data[offset:offset + length].view(slot.dtype).reshape(slot.shape)
-            self._mapped.append((slot.buffer, checksum, slot.path, file, offset))
+            slot.buffer = data[found.offset:end].view(slot.dtype).reshape(slot.shape)
+            self._mapped.append((slot.buffer, found.checksum, slot.path, found.file,
+                                 found.offset))
 
     def verify(self) -> None:
         """Checks every mapped box against its checksum, on several threads

@@ -12,6 +12,7 @@ import jax
 
 from . import _core, dtypes, prng_keys, shardings, tree_codec
 from . import options as options_lib
+from .errors import InvalidArgumentError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class LeafInfo:
         """The leaf as it was saved: a ShapeDtypeStruct (typed keys as key
         dtype and key shape) with the saved sharding when this job has the
         devices it names; None for scalar, str and None leaves."""
-        if self.kind != "array":
+        if self.kind != "array" or self.dtype is None or self.shape is None:
             return None
         sharding = shardings.rebuild(self.sharding)
         if self.prng_impl is None:
@@ -65,6 +66,9 @@ class CheckpointableInfo:
         restores arrays as they were sharded at save time. Scalar, str and
         None leaves stay None (loaded as Python values).
         """
+        if self.tree is None or self.leaves is None:
+            raise InvalidArgumentError(f"checkpointable {self.name!r} is of kind {self.kind!r},"
+                                       " not a tree")
         return tree_codec.rebuild(self.tree, [leaf.abstract() for leaf in self.leaves])
 
 
@@ -106,7 +110,7 @@ def metadata(path, *, options: options_lib.Options | None = None) -> CheckpointI
 def _leaf_info(leaf: dict) -> LeafInfo:
     shape = tuple(leaf["shape"]) if leaf.get("shape") is not None else None
     size = 0
-    if leaf["kind"] == "array":
+    if leaf["kind"] == "array" and shape is not None:
         size = math.prod(shape) * dtypes.from_name(leaf["dtype"]).itemsize
     return LeafInfo(leaf["path"], leaf["kind"], leaf.get("dtype"), shape,
                     leaf.get("sharding"), size, leaf.get("value"), leaf.get("prng_impl"))

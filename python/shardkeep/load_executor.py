@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import dtypes, host_memory, load_plan, prng_keys
+from . import _core, dtypes, host_memory, load_plan, prng_keys
 from .load_plan import Finish, LeafPlan, LoadPlan
 from .load_source import Source
 
@@ -47,8 +47,8 @@ def execute(plan: LoadPlan, source: Source, *, timeout_s: float) -> Any:
             slot.buffer = arena.empty(slot.shape, slot.dtype)
     requests = [slot.request() for slot in to_read]
     if sharing is not None:
-        requests += [(slot.number, dtypes.name_of(slot.dtype), list(origin), list(shape),
-                      dtypes.as_bytes(buffer))
+        requests += [_core.ReadRequest(slot.number, dtypes.name_of(slot.dtype), origin, shape,
+                                       dtypes.as_bytes(buffer))
                      for slot, origin, shape, buffer in sharing.own_pieces()]
     if requests:
         source.read(requests)

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import broadcast_load, dtypes, prng_keys, shardings, tree_codec
+from . import _core, broadcast_load, dtypes, prng_keys, shardings, tree_codec
 from .errors import IncompatibleError, InvalidArgumentError
 
 _MAX_LISTED = 20
@@ -42,10 +42,10 @@ class Slot:
     buffer: Any = None  # its numpy array, once the executor has chosen it
     placed: Any = None
 
-    def request(self) -> tuple:
+    def request(self) -> _core.ReadRequest:
         """The read of this box into its buffer, as sources take it."""
-        return (self.number, dtypes.name_of(self.dtype), list(self.origin), list(self.shape),
-                dtypes.as_bytes(self.buffer))
+        return _core.ReadRequest(self.number, dtypes.name_of(self.dtype), self.origin,
+                                 self.shape, dtypes.as_bytes(self.buffer))
 
 
 class Finish(enum.Enum):

@@ -3,20 +3,23 @@ reader's source.
 
 A source describes its leaves as meta.json does ("tree" and "leaves":
 path, kind, dtype, shape, prng_impl, sharding; see docs/FORMAT.md) and
-fills read requests: ``(leaf number, dtype name, origin, shape, buffer)``,
-the box of that leaf in that dtype into ``buffer`` (flat uint8), cast by
-the core's rules. The load executor (``load_executor``) needs nothing
-else, so a new input format is a new source, not a new load path. Sources
-here: ``CoreSource`` (shardkeep checkpoints and safetensors files, through
-the C++ reader), the Orbax and DCP sources (``interop``) and the local
-tier's pieces (``local_restore``).
+fills read requests (``_core.ReadRequest``: leaf number, dtype name,
+origin, shape, buffer), the box of that leaf in that dtype into
+``buffer`` (flat uint8), cast by the core's rules. The load executor
+(``load_executor``) needs nothing else, so a new input format is a new
+source, not a new load path. Sources here: ``CoreSource`` (shardkeep
+checkpoints and safetensors files, through the C++ reader), the Orbax and
+DCP sources (``interop``) and the local tier's pieces (``local_restore``).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from . import file_mapping
+import numpy as np
+
+from . import _core, file_mapping
+from .errors import InvalidArgumentError
 
 
 class Verify(Protocol):
@@ -31,6 +34,23 @@ class _NothingMapped:
 NOTHING_MAPPED: Verify = _NothingMapped()
 
 
+class Span(NamedTuple):
+    """Stored bytes a read fetches: ``start:stop`` of ``file`` (a source's
+    own units: bytes of a data file, chunk rows of an array)."""
+
+    file: str
+    start: int
+    stop: int
+
+
+def destination(request: _core.ReadRequest) -> np.ndarray:
+    """The buffer a read request fills (a ranges request has none, and is
+    never read)."""
+    if request.buffer is None:
+        raise InvalidArgumentError(f"a read of leaf #{request.leaf} has no buffer to fill")
+    return request.buffer
+
+
 class Source:
     """The interface of a load's source (see the module's description).
 
@@ -38,7 +58,7 @@ class Source:
     buffers (all requests of a load in one call, so a source can run them
     in parallel); ``ranges`` says, from the index alone, which stored
     ranges a read of each request (buffer None) would fetch, as
-    ``(name, start, stop)`` spans: load-and-broadcast cuts a shared box
+    ``Span``s: load-and-broadcast cuts a shared box
     only where no stored range falls in two pieces. ``map_boxes`` may give
     slots buffers mapped from files instead of read (the default maps
     nothing).
@@ -49,10 +69,10 @@ class Source:
     def meta(self) -> dict:
         raise NotImplementedError
 
-    def read(self, requests: list[tuple]) -> None:
+    def read(self, requests: list[_core.ReadRequest]) -> None:
         raise NotImplementedError
 
-    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+    def ranges(self, requests: list[_core.ReadRequest]) -> list[list[Span]]:
         raise NotImplementedError
 
     def map_boxes(self, slots: list) -> Verify:
@@ -78,11 +98,11 @@ class CoreSource(Source):
             self._meta = self._reader.meta(self._name)
         return self._meta
 
-    def read(self, requests: list[tuple]) -> None:
+    def read(self, requests: list[_core.ReadRequest]) -> None:
         self._reader.read(self._name, requests, self._options)
 
-    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
-        return [[(file, offset, offset + length) for file, offset, length in one]
+    def ranges(self, requests: list[_core.ReadRequest]) -> list[list[Span]]:
+        return [[Span(r.file, r.offset, r.offset + r.length) for r in one]
                 for one in self._reader.ranges(self._name, requests, self._options)]
 
     def map_boxes(self, slots: list) -> Verify:

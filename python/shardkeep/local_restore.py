@@ -27,7 +27,7 @@ import json
 import logging
 import math
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,48 @@ from . import options as options_lib
 from .errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
 
 logger = logging.getLogger("shardkeep")
+
+
+class Box(NamedTuple):
+    """A box of a leaf that the load plan reads, in the dtype it reads."""
+
+    leaf: int
+    dtype: str
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+class Stored(NamedTuple):
+    """A box stored in a slice: leaf ``leaf`` of the slice's checkpoint."""
+
+    slice: int
+    leaf: int
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+class Piece(NamedTuple):
+    """The part of a planned box that one stored box holds: where it is in
+    the stored box (``origin``), its ``shape``, and where it goes in the
+    planned box (``at``)."""
+
+    slice: int
+    leaf: int
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    at: tuple[int, ...]
+
+
+class PieceKey(NamedTuple):
+    """A piece of a slice to fetch, as processes ask each other for it (a
+    JSON list on the wire)."""
+
+    part: str
+    slice: int
+    leaf: int
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: str
 
 
 @dataclasses.dataclass
@@ -86,19 +128,20 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
         if name not in parts:
             raise NotFoundError(f"{where} has no checkpointable {name!r}; it has"
                                 f" {sorted(parts)}")
-    # Which stored box of which slice holds each part of each leaf.
-    stored: dict[str, dict[int, list[tuple]]] = {}
+    # Which stored box of which slice holds each part of each leaf (the
+    # slice's header lists [leaf, dtype, origin, shape] per stored box).
+    stored: dict[str, dict[int, list[Stored]]] = {}
     for q, description in slices.items():
         for part in description["parts"]:
             by_leaf = stored.setdefault(part["name"], {})
             for k, (leaf, _, origin, shape) in enumerate(part.get("shards", [])):
-                by_leaf.setdefault(leaf, []).append((q, k, tuple(origin), tuple(shape)))
+                by_leaf.setdefault(leaf, []).append(Stored(q, k, tuple(origin), tuple(shape)))
     metas = {name: json.loads(parts[name]["meta"]) for name in targets}
     # No load-and-broadcast: the fetch below already reads each piece once.
     plans = {name: load_plan.plan(f"{where}/{name}", metas[name], target, partial=partial,
                                   broadcast=False)
              for name, target in targets.items() if parts[name]["kind"] == "pytree"}
-    requests = {name: [(slot.number, dtypes.name_of(slot.dtype), slot.origin, slot.shape)
+    requests = {name: [Box(slot.number, dtypes.name_of(slot.dtype), slot.origin, slot.shape)
                        for slot in plan.slots()] for name, plan in plans.items()}
     pieces = _cut(where, requests, stored)
     fetched = _fetch(tier, decision, pieces, core_options)
@@ -171,17 +214,18 @@ def _gather_descriptions(tier, decision: Decision, core_options
     return slices, values
 
 
-def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
-           core_options) -> dict[tuple, np.ndarray]:
+def _fetch(tier, decision: Decision, pieces: dict[str, dict[Box, list[Piece]]],
+           core_options: _core.Options) -> dict[PieceKey, np.ndarray]:
     """The bytes of every piece: read here, or from its slice's holder
     (collective: requests go out in one exchange, bytes come back in
     another)."""
-    wanted: dict[int, list[tuple]] = {}
+    wanted: dict[int, list[PieceKey]] = {}
     for name, by_request in pieces.items():
         for request, request_pieces in by_request.items():
-            dtype_name = request[1]
-            for q, k, sub_origin, sub_shape, _ in request_pieces:
-                key = (name, q, k, sub_origin, sub_shape, dtype_name)
+            for piece in request_pieces:
+                key = PieceKey(name, piece.slice, piece.leaf, piece.origin, piece.shape,
+                               request.dtype)
+                q = piece.slice
                 holder = tier.me if tier.me in decision.holders[q] else decision.server(q)
                 wanted.setdefault(holder, []).append(key)
     for holder in wanted:
@@ -195,7 +239,7 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
         timeout_s=tier.timeout_s)
     replies = {}
     for asker, (asking,) in asked.items():
-        keys = [(n, q, k, tuple(o), tuple(s), d) for n, q, k, o, s, d in
+        keys = [PieceKey(n, q, k, tuple(o), tuple(s), d) for n, q, k, o, s, d in
                 json.loads(asking.tobytes())]
         served = _read_pieces(tier, decision, keys, core_options)
         replies[asker] = [dtypes.as_bytes(served[key]) for key in keys]
@@ -208,18 +252,17 @@ def _fetch(tier, decision: Decision, pieces: dict[str, dict[tuple, list]],
             raise ShardkeepError(f"local step {decision.step}: process {holder} sent"
                                  f" {len(got)} of the {len(keys)} pieces asked")
         for key, data in zip(keys, got):
-            dtype = dtypes.from_name(key[5])
-            fetched[key] = data.view(dtype).reshape(key[4])
+            fetched[key] = data.view(dtypes.from_name(key.dtype)).reshape(key.shape)
     return fetched
 
 
-def _read_pieces(tier, decision: Decision, keys: list[tuple],
-                 core_options) -> dict[tuple, np.ndarray]:
+def _read_pieces(tier, decision: Decision, keys: list[PieceKey],
+                 core_options: _core.Options) -> dict[PieceKey, np.ndarray]:
     """Reads pieces of slices held here: one read call per slice and part."""
-    out: dict[tuple, np.ndarray] = {}
-    groups: dict[tuple, list[tuple]] = {}
+    out: dict[PieceKey, np.ndarray] = {}
+    groups: dict[tuple[int, str], list[PieceKey]] = {}
     for key in keys:
-        groups.setdefault((key[1], key[0]), []).append(key)
+        groups.setdefault((key.slice, key.part), []).append(key)
     for (q, name), group in groups.items():
         if q not in decision.paths:
             raise ShardkeepError(f"local step {decision.step}: slice {q} was asked of"
@@ -227,25 +270,24 @@ def _read_pieces(tier, decision: Decision, keys: list[tuple],
         reader = _core.Reader(decision.paths[q], core_options)
         requests = []
         for key in group:
-            buffer = np.empty(key[4], dtypes.from_name(key[5]))
+            buffer = np.empty(key.shape, dtypes.from_name(key.dtype))
             out[key] = buffer
-            requests.append((key[2], key[5], list(key[3]), list(key[4]),
-                             dtypes.as_bytes(buffer)))
+            requests.append(_core.ReadRequest(key.leaf, key.dtype, key.origin, key.shape,
+                                              dtypes.as_bytes(buffer)))
         reader.read(name, requests, core_options)
     return out
 
 
-def _cut(where: str, requests: dict[str, list[tuple]],
-         stored: dict[str, dict[int, list[tuple]]]) -> dict[str, dict[tuple, list]]:
-    """Each request cut into the stored boxes it overlaps:
-    part -> request -> [(slice q, slice leaf k, origin in the stored box,
-    shape, origin in the request)]."""
-    out: dict[str, dict[tuple, list]] = {}
+def _cut(where: str, requests: dict[str, list[Box]],
+         stored: dict[str, dict[int, list[Stored]]]) -> dict[str, dict[Box, list[Piece]]]:
+    """Each request cut into the stored boxes it overlaps."""
+    out: dict[str, dict[Box, list[Piece]]] = {}
     for name, part_requests in requests.items():
         by_request = out.setdefault(name, {})
         for request in part_requests:
-            leaf, _, origin, shape = request
-            pieces, covered = [], 0
+            leaf, origin, shape = request.leaf, request.origin, request.shape
+            pieces: list[Piece] = []
+            covered = 0
             for q, k, box_origin, box_shape in stored.get(name, {}).get(leaf, []):
                 lo = [max(a, b) for a, b in zip(origin, box_origin)]
                 hi = [min(a + n, b + m) for a, n, b, m in
@@ -253,8 +295,8 @@ def _cut(where: str, requests: dict[str, list[tuple]],
                 if any(h <= l for l, h in zip(lo, hi)):
                     continue  # disjoint (a 0-d leaf's one box always overlaps)
                 sub_shape = tuple(h - l for l, h in zip(lo, hi))
-                pieces.append((q, k, tuple(l - b for l, b in zip(lo, box_origin)), sub_shape,
-                               tuple(l - o for l, o in zip(lo, origin))))
+                pieces.append(Piece(q, k, tuple(l - b for l, b in zip(lo, box_origin)),
+                                    sub_shape, tuple(l - o for l, o in zip(lo, origin))))
                 covered += math.prod(sub_shape)
             if covered != math.prod(shape):
                 raise IncompatibleError(
@@ -268,20 +310,22 @@ class _PiecesSource(load_source.Source):
     """The fetched pieces of one checkpointable, as a load's source: a read
     copies the pieces of each planned box into its buffer."""
 
-    def __init__(self, where: str, name: str, pieces: dict[tuple, list],
-                 fetched: dict[tuple, np.ndarray]):
+    def __init__(self, where: str, name: str, pieces: dict[Box, list[Piece]],
+                 fetched: dict[PieceKey, np.ndarray]):
         self.where = where
         self._name = name
         self._pieces = pieces
         self._fetched = fetched
 
-    def read(self, requests: list[tuple]) -> None:
-        for leaf, dtype_name, origin, shape, dst in requests:
-            request = (leaf, dtype_name, tuple(origin), tuple(shape))
-            if request not in self._pieces:
-                raise ShardkeepError(f"{self.where}: box {list(origin)}+{list(shape)}"
-                                     f" of leaf {leaf} was not planned")
-            box = dst.view(dtypes.from_name(dtype_name)).reshape(shape)
-            for q, k, sub_origin, sub_shape, at in self._pieces[request]:
-                data = self._fetched[(self._name, q, k, sub_origin, sub_shape, dtype_name)]
-                box[tuple(slice(a, a + n) for a, n in zip(at, sub_shape))] = data
+    def read(self, requests: list[_core.ReadRequest]) -> None:
+        for request in requests:
+            box = Box(request.leaf, request.dtype, tuple(request.origin), tuple(request.shape))
+            if box not in self._pieces:
+                raise ShardkeepError(f"{self.where}: box {request.origin}+{request.shape}"
+                                     f" of leaf {request.leaf} was not planned")
+            filled = load_source.destination(request).view(
+                dtypes.from_name(box.dtype)).reshape(box.shape)
+            for piece in self._pieces[box]:
+                data = self._fetched[PieceKey(self._name, piece.slice, piece.leaf, piece.origin,
+                                              piece.shape, box.dtype)]
+                filled[tuple(slice(a, a + n) for a, n in zip(piece.at, piece.shape))] = data

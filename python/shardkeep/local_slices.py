@@ -21,57 +21,54 @@ from . import _core
 SLICE_PART = "shardkeep-local-slice"
 
 
-def describe(parts: list[dict]) -> tuple[dict, list[np.ndarray]]:
+def describe(parts: list[_core.SavePart]) -> tuple[dict, list[np.ndarray]]:
     """A staged save's parts as a JSON header (what ``parts_of`` needs,
     without the bytes) and the flat byte buffers it describes, in order."""
-    header_parts, buffers = [], []
+    header_parts: list[dict] = []
+    buffers: list[np.ndarray] = []
     for part in parts:
-        entry = {"name": part["name"], "kind": part["kind"], "meta": part["meta_json"]}
-        if part["kind"] == "pytree":
+        entry: dict = {"name": part.name, "kind": part.kind, "meta": part.meta_json}
+        if part.kind == "pytree":
             entry["shards"] = []
-            for leaf, dtype_name, origin, shape, data in part["shards"]:
-                if callable(data):  # an ArraySource's box, produced on demand
-                    data = _materialise(data, origin, shape)
-                entry["shards"].append([leaf, dtype_name, list(origin), list(shape)])
+            for shard in part.shards:
+                entry["shards"].append([shard.leaf, shard.dtype, shard.origin, shard.shape])
+                # A fill function (an ArraySource's box) is called for the whole box.
+                data = (shard.data(shard.origin, shard.shape) if callable(shard.data)
+                        else shard.data)
                 buffers.append(np.asarray(data, np.uint8).reshape(-1))
         else:
-            buffers.append(np.frombuffer(bytes(part["value"]), np.uint8))
+            buffers.append(np.frombuffer(part.value, np.uint8))
         header_parts.append(entry)
     return {"parts": header_parts}, buffers
 
 
-def _materialise(fill, origin, shape) -> np.ndarray:
-    data = fill(list(origin), list(shape))
-    return np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) else data
-
-
-def parts_of(header: dict, buffers: list, q: int, count: int) -> list[dict]:
+def parts_of(header: dict, buffers: list[np.ndarray], q: int,
+             count: int) -> list[_core.SavePart]:
     """The parts of slice ``q``'s one-process checkpoint (see the module docstring)."""
-    parts, i = [], 0
-    description = {"process": q, "process_count": count, "parts": []}
+    parts: list[_core.SavePart] = []
+    i = 0
+    description: dict = {"process": q, "process_count": count, "parts": []}
     for entry in header["parts"]:
         description["parts"].append(entry)
         if entry["kind"] != "pytree":
-            parts.append({"name": entry["name"], "kind": entry["kind"],
-                          "value": buffers[i].tobytes(), "meta_json": entry["meta"],
-                          "shards": []})
+            parts.append(_core.SavePart(entry["name"], entry["kind"], entry["meta"],
+                                        buffers[i].tobytes()))
             i += 1
             continue
         leaves, shards = [], []
         for k, (_, dtype_name, _, shape) in enumerate(entry["shards"]):
             leaves.append({"path": str(k), "kind": "array", "dtype": dtype_name,
                            "shape": list(shape), "sharding": None})
-            shards.append((k, dtype_name, [0] * len(shape), list(shape), buffers[i]))
+            shards.append(_core.Shard(k, dtype_name, [0] * len(shape), shape, buffers[i]))
             i += 1
         meta = {"kind": "pytree",
                 "tree": {"type": "list",
                          "children": [{"type": "leaf", "leaf": k} for k in range(len(leaves))]},
                 "leaves": leaves}
-        parts.append({"name": entry["name"], "kind": "pytree", "value": b"",
-                      "meta_json": _core.encode_meta(meta), "shards": shards})
-    parts.append({"name": SLICE_PART, "kind": "json",
-                  "value": json.dumps(description).encode(),
-                  "meta_json": _core.encode_meta({"kind": "json"}), "shards": []})
+        parts.append(_core.SavePart(entry["name"], "pytree", _core.encode_meta(meta),
+                                    shards=shards))
+    parts.append(_core.SavePart(SLICE_PART, "json", _core.encode_meta({"kind": "json"}),
+                                json.dumps(description).encode()))
     return parts
 
 

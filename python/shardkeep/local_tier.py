@@ -201,7 +201,7 @@ class LocalTier:
     def decide(self) -> Decision | None:
         """The newest step every slice of which some process holds (collective)."""
         listing = self._list()
-        mine = {}
+        mine: dict[int, dict[int, int]] = {}  # step -> {slice q: process count}
         for q, steps in listing.items():
             for step, (_, count) in steps.items():
                 mine.setdefault(step, {})[q] = count
@@ -218,8 +218,7 @@ class LocalTier:
                                for s, v in json.loads(text).items()}
         else:
             everyone = {0: mine}
-        steps = sorted({s for held in everyone.values() for s in held}, reverse=True)
-        for step in steps:
+        for step in sorted({s for held in everyone.values() for s in held}, reverse=True):
             counts = {c for held in everyone.values() for c in held.get(step, {}).values()}
             if len(counts) != 1:
                 if len(counts) > 1:

@@ -169,9 +169,9 @@ class CheckpointManager:
         self._closed = False
 
         self._discover()
-        self._local = None
+        self._local: local_tier.LocalTier | None = None
         self._local_pending: list[local_tier.LocalSave] = []
-        if local_root is not None:
+        if local_root is not None and local_save_interval_steps is not None:  # both, or neither
             self._local = local_tier.LocalTier(
                 local_root, interval=local_save_interval_steps, keep_last=local_keep_last,
                 options=self._options, width=step_width, job=self._root)
@@ -237,7 +237,8 @@ class CheckpointManager:
         step = _checked_step(step)
         self._raise_errors()
         preempted = self.reached_preemption(step)
-        local_due = self._local is not None and self._local.due(step)
+        local = self._local if self._local is not None and self._local.due(step) else None
+        local_due = local is not None
         due = force or preempted or step % self._interval == 0
         last = self._last_started()
         if due and last is not None and step <= last:
@@ -250,13 +251,13 @@ class CheckpointManager:
         items = named_parts.to_save(tree_or_checkpointables)
         if due:
             self._save_persistent(step, items, metrics)
-        if local_due:
-            self._save_local(step, items)
+        if local is not None:
+            self._save_local(local, step, items)
         return True
 
-    def _save_local(self, step: int, items: dict) -> None:
+    def _save_local(self, local: local_tier.LocalTier, step: int, items: dict) -> None:
         self._wait_local()  # at most one local step in flight
-        saves = self._local.save(step, items)
+        saves = local.save(step, items)
         for job in saves:
             self._local_pending.append(job)
             self._jobs.put(job)
@@ -332,12 +333,14 @@ class CheckpointManager:
         # what looks like the leftovers of unfinished saves.
         self._wait_local()
         persistent = self.latest_step()
-        decision = self._local.decide() if self._local is not None else None
-        if decision is not None and (persistent is None or decision.step >= persistent):
+        local = self._local
+        decision = local.decide() if local is not None else None
+        if local is not None and decision is not None and (
+                persistent is None or decision.step >= persistent):
             if options is None:
                 options = self._options
-            values = self._local.load(decision, named_parts.to_load(target), partial=partial,
-                                      options=options)
+            values = local.load(decision, named_parts.to_load(target), partial=partial,
+                                options=options)
             return decision.step, named_parts.loaded(target, values)
         if decision is not None:
             logger.info("local step %d is older than persistent step %d, which is loaded",
@@ -528,8 +531,10 @@ class CheckpointManager:
             return
         logger.info("local step %d (slice %d) committed, %.2f s after its save started",
                     job.step, job.folder, time.monotonic() - job.started)
+        local = self._local
+        assert local is not None  # a local save was made
         with self._lock:
-            dropped = self._local.committed(job)
+            dropped = local.committed(job)
         job.observed.set()
         for path in dropped:
             try:

@@ -151,8 +151,8 @@ def _source_of(reader, number: int, leaf: dict, core_options) -> ArraySource:
 
     def read(origin, shape):
         out = np.empty(shape, dtype)
-        reader.read(_TENSORS, [(number, leaf["dtype"], list(origin), list(shape),
-                                dtypes.as_bytes(out))], core_options)
+        reader.read(_TENSORS, [_core.ReadRequest(number, leaf["dtype"], origin, shape,
+                                                 dtypes.as_bytes(out))], core_options)
         return out
 
     return ArraySource(tuple(leaf["shape"]), dtype, read)

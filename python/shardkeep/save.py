@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Literal, Mapping, NoReturn, overload
+
+import numpy as np
 
 from . import _core, background_saves, checkpointables, distributed, host_memory
 from . import named_parts, staging
@@ -61,8 +63,10 @@ class SaveFuture:
             save.claim_report()
             raise save.start_error
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        handle = save.handle
+        assert handle is not None  # started, without an error
         try:
-            finished = save.handle.wait(left)
+            finished = handle.wait(left)
         except BaseException:
             save.claim_report()
             raise
@@ -70,7 +74,7 @@ class SaveFuture:
             self._timed_out(timeout)
         save.claim_report()
 
-    def _timed_out(self, timeout: float) -> None:
+    def _timed_out(self, timeout: float | None) -> NoReturn:
         raise TimeoutError(
             f"save to {self.path!r} not committed within {timeout} s; it continues in the"
             " background, call result() again to keep waiting")
@@ -198,8 +202,19 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
     return path, options, start, lease
 
 
+@overload
 def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
-                own_copies: bool = True) -> tuple[list[dict], staging_pool.Lease | None]:
+                own_copies: Literal[True] = ...
+                ) -> tuple[list[_core.SavePart], staging_pool.Lease]: ...
+@overload
+def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
+                own_copies: Literal[False]) -> tuple[list[_core.SavePart], None]: ...
+@overload
+def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
+                own_copies: bool) -> tuple[list[_core.SavePart], staging_pool.Lease | None]: ...
+def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
+                own_copies: bool = True
+                ) -> tuple[list[_core.SavePart], staging_pool.Lease | None]:
     """The ``_core.start_save`` parts of ``items``: this process's shards
     (the boxes it writes in a save of the whole job), staged.
 
@@ -207,16 +222,25 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
     copied into the returned lease; otherwise the lease is None and the
     shards must be written before the caller's arrays change.
     """
-    with staging.planning(replica_parallel=options.replica_parallel), gc_paused():
-        parts = [checkpointables.encode(name, value) for name, value in items.items()]
+    parts: list[_core.SavePart] = []
+    aliased: list[_core.Shard] = []
+    with gc_paused():
+        for name, value in items.items():
+            checkpointables.check_name(name)
+            base = checkpointables.classify(value)
+            if base.kind != "pytree":
+                parts.append(checkpointables.value_part(name, base))
+                continue
+            staged = staging.stage_pytree(base.value, replica_parallel=options.replica_parallel,
+                                          registered_kind=base.registered_kind)
+            parts.append(_core.SavePart(name, "pytree", staged.meta_json, shards=staged.shards))
+            aliased += staged.aliased
         if own_copies:
-            return parts, _stage_copies(parts, options)
-        for part in parts:  # written straight from the caller's memory
-            del part["aliased"]
-        return parts, None
+            return parts, _stage_copies(aliased, options)
+        return parts, None  # written straight from the caller's memory
 
 
-def start_single_process_async(path, parts: list[dict], *, options: options_lib.Options,
+def start_single_process_async(path, parts: list[_core.SavePart], *, options: options_lib.Options,
                                step: int | None = None,
                                custom_metadata: Mapping | None = None, force: bool = False,
                                lease: staging_pool.Lease | None = None) -> SaveFuture:
@@ -235,8 +259,10 @@ def start_single_process_async(path, parts: list[dict], *, options: options_lib.
     return SaveFuture(save)
 
 
-def _starter(path: str, parts: list[dict], *, step, custom_metadata_json: str,
-             metrics_json: str, force: bool, options: options_lib.Options, coordinator):
+def _starter(path: str, parts: list[_core.SavePart], *, step: int | None,
+             custom_metadata_json: str, metrics_json: str, force: bool,
+             options: options_lib.Options, coordinator: _core.Coordinator | None
+             ) -> Callable[[], _core.SaveHandle]:
     """A function that starts the save in the core and returns its handle.
 
     In a job, it first agrees with the other processes on the save's id
@@ -246,7 +272,7 @@ def _starter(path: str, parts: list[dict], *, step, custom_metadata_json: str,
     """
     core_options = options.to_core()
 
-    def start():
+    def start() -> _core.SaveHandle:
         operation_id = ("local" if coordinator is None
                         else distributed.agree("save", path, options.timeout_s))
         return _core.start_save(
@@ -257,12 +283,12 @@ def _starter(path: str, parts: list[dict], *, step, custom_metadata_json: str,
     return start
 
 
-def _stage_copies(parts: list[dict], options: options_lib.Options) -> staging_pool.Lease:
-    """Replaces the shards that alias the caller's memory by copies in one
+def _stage_copies(aliased: list[_core.Shard],
+                  options: options_lib.Options) -> staging_pool.Lease:
+    """Points the shards that alias the caller's memory at copies in one
     staging buffer (see ``shardkeep.staging_pool``), so that the caller may
     donate, delete or overwrite its arrays once the blocking phase returns."""
-    todo = [(part, i) for part in parts for i in part.pop("aliased")]
-    sources = [part["shards"][i][4] for part, i in todo]
+    sources = [_host_array(shard) for shard in aliased]
     lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
                                reuse=options.reuse_staging_memory)
     try:
@@ -271,9 +297,17 @@ def _stage_copies(parts: list[dict], options: options_lib.Options) -> staging_po
     except BaseException:
         lease.give_back()
         raise
-    for (part, i), copy in zip(todo, copies):
-        part["shards"][i] = part["shards"][i][:4] + (copy,)
+    for shard, copy in zip(aliased, copies):
+        shard.data = copy
     return lease
+
+
+def _host_array(shard: _core.Shard) -> np.ndarray:
+    """An aliased shard's data, which staging makes a host array, never a
+    fill function (``staging.StagedTree``)."""
+    if not isinstance(shard.data, np.ndarray):
+        raise TypeError(f"an aliased shard holds a {type(shard.data).__name__}, not an array")
+    return shard.data
 
 
 def _json_object(what: str, value: Mapping | None) -> str:

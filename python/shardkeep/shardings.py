@@ -17,8 +17,12 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, Singl
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (origin, shape)
 
 
-def box_of_index(index: Sequence[slice], shape: Sequence[int]) -> Box:
-    """The box an index (a tuple of slices, as in ``shard.index``) selects."""
+def box_of_index(index: Sequence[slice] | None, shape: Sequence[int]) -> Box:
+    """The box an index (a tuple of slices, as in ``shard.index``) selects.
+    (JAX types an index as optional; a sharding that places no box on a
+    device has no index for it and is refused.)"""
+    if index is None:
+        raise ValueError(f"a shard of an array of shape {tuple(shape)} has no index")
     origin, extent = [], []
     for s, n in zip(index, shape):
         start, stop, step = s.indices(n)
@@ -39,7 +43,8 @@ def addressable_boxes(sharding: jax.sharding.Sharding,
     shape = tuple(shape)
     if isinstance(sharding, SingleDeviceSharding):  # the common small-leaf case, uncached
         (device,) = sharding.device_set
-        if device.process_index != jax.process_index():
+        # jax.Device is jaxlib's extension type, which has no stubs.
+        if device.process_index != jax.process_index():  # type: ignore[attr-defined]
             return {}
         return {((0,) * len(shape), shape): [device]}
     try:
@@ -77,7 +82,9 @@ def _box_holders(sharding: jax.sharding.Sharding,
                  shape: tuple[int, ...]) -> dict[Box, tuple[int, ...]]:
     holders: dict[Box, set[int]] = {}
     for device, index in sharding.devices_indices_map(shape).items():
-        holders.setdefault(box_of_index(index, shape), set()).add(device.process_index)
+        # jax.Device is jaxlib's extension type, which has no stubs.
+        process = device.process_index  # type: ignore[attr-defined]
+        holders.setdefault(box_of_index(index, shape), set()).add(process)
     return {box: tuple(sorted(processes)) for box, processes in holders.items()}
 
 
@@ -174,7 +181,8 @@ def on_cpu(sharding: jax.sharding.Sharding) -> bool:
 
 
 def _all_cpu(sharding: jax.sharding.Sharding) -> bool:
-    return all(d.platform == "cpu" for d in sharding.device_set)
+    # jax.Device is jaxlib's extension type, which has no stubs.
+    return all(d.platform == "cpu" for d in sharding.device_set)  # type: ignore[attr-defined]
 
 
 _cached_on_cpu = functools.lru_cache(maxsize=1024)(_all_cpu)
@@ -196,7 +204,8 @@ def describe(sharding: jax.sharding.Sharding | None) -> dict | None:
 def _description(sharding: jax.sharding.Sharding) -> dict:
     if isinstance(sharding, SingleDeviceSharding):
         (device,) = sharding.device_set
-        return {"type": "single_device", "device_id": device.id}
+        # jax.Device is jaxlib's extension type, which has no stubs.
+        return {"type": "single_device", "device_id": device.id}  # type: ignore[attr-defined]
     if isinstance(sharding, NamedSharding):
         mesh = sharding.mesh
         return {

@@ -1,7 +1,7 @@
 """The blocking phase of a pytree save: classify leaves, plan shards, stage.
 
-Produces the meta.json text and the shard tuples ``_core.start_save``
-expects. Device-to-host copies of all planned shards are started before
+Produces the meta.json text and the ``_core.Shard``s ``_core.start_save``
+takes. Device-to-host copies of all planned shards are started before
 any is waited for, so that they overlap.
 
 Planning (flattening the tree into meta.json's structure, describing each
@@ -16,24 +16,20 @@ that made the plan (a treedef does not tell insertion orders apart).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from . import _core, dtypes, prng_keys, shardings, tree_codec
 from .array_source import ArraySource
+from .checkpointables import JsonValue
 from .errors import InvalidArgumentError, ShardkeepError
 
 _INT64 = np.iinfo(np.int64)
-
-# Options.replica_parallel of the save being staged (see ``planning``).
-_replica_parallel = contextvars.ContextVar("shardkeep_replica_parallel", default=True)
 
 # Plans of recently saved trees; a few, for jobs that save several trees.
 _MAX_PLANS = 8
@@ -42,48 +38,45 @@ _plans: dict[tuple, "_Plan"] = {}
 _VALUE_TYPES = (bool, int, float, str)
 
 
-@contextlib.contextmanager
-def planning(*, replica_parallel: bool) -> Iterator[None]:
-    """Stages the pytrees encoded inside the ``with`` block with these settings.
+@dataclasses.dataclass(frozen=True)
+class StagedTree:
+    """A pytree ready to save: its meta.json text and the shards this
+    process writes. Each shard's data is a host view of the array where
+    there is one (CPU backend, numpy leaves), the device-to-host copy
+    elsewhere, or a fill function (``ArraySource`` leaves). ``aliased``
+    are the shards whose bytes belong to the caller and may change under
+    the save (donation reuses a CPU buffer): an async save copies those
+    before it returns. Their data is always a host array."""
 
-    The save passes its options this way because the checkpointable
-    encoders between it and ``stage_pytree`` do not take options.
+    meta_json: str
+    shards: list[_core.Shard]
+    aliased: list[_core.Shard]
+
+
+def stage_pytree(tree: Any, *, replica_parallel: bool,
+                 registered_kind: str | None = None) -> StagedTree:
+    """Plans and stages the save of ``tree`` (see ``StagedTree``).
+
+    ``replica_parallel`` splits each replicated box among the devices
+    holding it (see ``shardings.replica_parallel_boxes``); otherwise the
+    replica with ``replica_id == 0`` writes it whole. Either way each
+    element of each jax.Array is written by exactly one device of the job,
+    and numpy leaves by process 0 only. ``registered_kind`` is recorded in
+    meta.json (``checkpointables.register_kind``).
     """
-    token = _replica_parallel.set(bool(replica_parallel))
+    flat: list | None
+    key: tuple | None
     try:
-        yield
-    finally:
-        _replica_parallel.reset(token)
-
-
-def stage_pytree(tree: Any, replica_parallel: bool | None = None,
-                 registered_kind: str | None = None) -> tuple[str, list[tuple], list[int]]:
-    """Returns (meta.json text, shards, aliased) for saving ``tree``.
-
-    Each shard's bytes are a host view of the data where there is one (CPU
-    backend, numpy leaves) and the device-to-host copy elsewhere.
-    ``aliased`` lists the shards whose bytes belong to the caller and may
-    change under the save (donation reuses a CPU buffer): an async save
-    copies those before it returns.
-
-    ``replica_parallel`` (default: the enclosing ``planning`` block's, else
-    True) splits each replicated box among the devices holding it (see
-    ``shardings.replica_parallel_boxes``); otherwise the replica with
-    ``replica_id == 0`` writes it whole. Either way each element of each
-    jax.Array is written by exactly one device of the job, and numpy leaves
-    by process 0 only.
-    """
-    if replica_parallel is None:
-        replica_parallel = _replica_parallel.get()
-    try:
-        values, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
+        flat, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
         key = (treedef, replica_parallel)
     except (TypeError, ValueError):  # e.g. a dict with str and int keys, which JAX cannot sort
-        values, key = None, None
+        flat, key = None, None
     plan = _plans.get(key) if key is not None else None
-    if plan is None or not plan.fits(values):
-        plan, values = _make_plan(tree, values, replica_parallel)
-        if plan.cacheable:
+    if plan is not None and flat is not None and plan.fits(flat):
+        values = flat
+    else:
+        plan, values = _make_plan(tree, flat, replica_parallel)
+        if plan.cacheable and key is not None:
             _plans.pop(key, None)
             while len(_plans) >= _MAX_PLANS:
                 del _plans[next(iter(_plans))]
@@ -95,22 +88,24 @@ def stage_pytree(tree: Any, replica_parallel: bool | None = None,
         for s, src in zip(plan.sources, sources):
             if not s.on_host:
                 src.copy_to_host_async()
-    shards, aliased = [], []
+    shards: list[_core.Shard] = []
+    aliased: list[_core.Shard] = []
     for s, src in zip(plan.sources, sources):
         if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
             path = plan.leaf_metas[s.leaf_number]["path"]
-            shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
-                           functools.partial(_fill_from, path, src)))
+            shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
+                                      functools.partial(_fill_from, path, src)))
             continue
+        shard = _core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape, _host_bytes(src))
+        shards.append(shard)
         if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
-            aliased.append(len(shards))
+            aliased.append(shard)
         # (On accelerators the host array is a fresh copy nobody else writes.)
-        shards.append((s.leaf_number, s.dtype_name, s.origin, s.shape,
-                       _host_bytes(src)))
-    return plan.meta_json_for(values, registered_kind), shards, aliased
+    return StagedTree(plan.meta_json_for(values, registered_kind), shards, aliased)
 
 
-def _fill_from(path: str, source: ArraySource, origin: list[int], shape: list[int]):
+def _fill_from(path: str, source: ArraySource, origin: list[int],
+               shape: list[int]) -> np.ndarray:
     try:
         return source.fill(origin, shape)
     except ShardkeepError as e:  # the core fails the save with its kind
@@ -191,15 +186,17 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     tree or the two flattenings do not match one to one (such a plan is
     not kept)."""
     structure, leaves = tree_codec.flatten(tree)
-    cacheable = values is not None
-    if cacheable:
+    cacheable = False
+    if values is not None:
         codec_number = _codec_numbers(tree, values, leaves)
         cacheable = sorted(codec_number) == list(range(len(leaves)))
-    if not cacheable:
+    if values is None or not cacheable:
         values = [leaf.value for leaf in leaves]
         codec_number = list(range(len(leaves)))
     leaf_metas: list[dict] = [{}] * len(leaves)
-    plan_sources, array_leaves, scalar_values = [], [], []
+    plan_sources: list[_Source] = []
+    array_leaves: list[int] = []
+    scalar_values: list[tuple[int, Any]] = []
     for index, value in enumerate(values):
         number = codec_number[index]
         meta, sources = _plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
@@ -231,9 +228,9 @@ def _codec_numbers(tree: Any, values: list, leaves: list[tree_codec.Leaf]) -> li
         return [number_of.get(id(v), -1) for v in values]
     # Shared objects (None, small ints, one array in two places): by key
     # path, which costs JAX tens of milliseconds for thousands of leaves.
-    number_of = {leaf.path: n for n, leaf in enumerate(leaves)}
+    number_by_path = {leaf.path: n for n, leaf in enumerate(leaves)}
     with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
-    return [number_of.get(tree_codec.path_str(p), -1) for p, _ in with_paths]
+    return [number_by_path.get(tree_codec.path_str(p), -1) for p, _ in with_paths]
 
 
 def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list]:
@@ -265,8 +262,6 @@ def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, lis
         # Host data is the same on every process; only the primary writes it.
         sources = [(((0,) * arr.ndim, arr.shape), np.asarray)] if jax.process_index() == 0 else []
         return meta, sources
-    from .checkpointables import JsonValue  # late: that module imports this one
-
     if isinstance(value, (JsonValue, bytes, bytearray, memoryview)):
         raise InvalidArgumentError(
             f"leaf {path!r} is a {type(value).__name__}, which is saved as a checkpointable of"

@@ -39,7 +39,7 @@ class Lease:
     """One save's staging buffer, carved into 64-byte aligned pieces."""
 
     def __init__(self, buffer: np.ndarray, generation: int, keep: bool):
-        self.buffer = buffer
+        self.buffer: np.ndarray | None = buffer  # None once given back
         self._generation = generation
         self._keep = keep
         self._used = 0
@@ -56,11 +56,14 @@ class Lease:
 
     def carve(self, nbytes: int) -> np.ndarray:
         """The next ``nbytes`` of the buffer (uint8)."""
+        buffer = self.buffer
+        if buffer is None:
+            raise AssertionError("staging buffer carved once given back")  # a bug, not input
         start = _aligned(self._used)
-        if start + nbytes > self.buffer.size:
+        if start + nbytes > buffer.size:
             raise AssertionError("staging buffer leased too small")  # a bug, not input
         self._used = start + nbytes
-        return self.buffer[start:start + nbytes]
+        return buffer[start:start + nbytes]
 
     def give_back(self) -> None:
         """Called once the save no longer reads the buffer (it finished,
@@ -118,7 +121,8 @@ def kept_bytes() -> int:
 
 
 def _reclaim_finished_locked() -> None:
-    for finished in [lent for lent in _lent if lent._save_done()]:
+    for finished in [lent for lent in _lent if lent._save_done is not None
+                     and lent._save_done()]:
         finished._give_back_locked()
 
 

@@ -146,11 +146,13 @@ _namedtuple_classes: dict[tuple[str, tuple[str, ...]], type] = {}
 def _namedtuple_class(name: str, fields: tuple[str, ...]) -> type:
     # One class per (name, fields) so that rebuilt values compare and
     # tree-map like the originals: equal structures share a treedef.
-    cls = _namedtuple_classes.get((name, fields))
-    if cls is None:
-        type_name = re.sub(r"\W", "_", name.rsplit(".", 1)[-1]) or "Record"
-        if keyword.iskeyword(type_name) or type_name[0].isdigit():
-            type_name = "_" + type_name
-        cls = collections.namedtuple(type_name, fields, rename=True)
-        _namedtuple_classes[(name, fields)] = cls
+    known = _namedtuple_classes.get((name, fields))
+    if known is not None:
+        return known
+    type_name = re.sub(r"\W", "_", name.rsplit(".", 1)[-1]) or "Record"
+    if keyword.iskeyword(type_name) or type_name[0].isdigit():
+        type_name = "_" + type_name
+    # The class's name is known at run time only, which mypy does not model.
+    cls = collections.namedtuple(type_name, fields, rename=True)  # type: ignore[misc]
+    _namedtuple_classes[(name, fields)] = cls
     return cls

@@ -62,10 +62,11 @@ class ChunkedReader:
 
     def ranges(self, requests):
         out = []
-        for number, dtype, origin, shape, dst in requests:
-            assert dst is None
+        for request in requests:
+            number, origin, shape = request.leaf, request.origin, request.shape
+            assert request.buffer is None
             full, stored, _ = self.leaves[number]
-            assert dtype == np.dtype(stored).name
+            assert request.dtype == np.dtype(stored).name
             row_bytes = math.prod(full[1:]) * np.dtype(stored).itemsize
             first = origin[0] // self.chunk_rows
             last = (origin[0] + shape[0] - 1) // self.chunk_rows

@@ -39,18 +39,19 @@ def test_each_shard_stored_as_one_raw_chunk_is_located_in_its_data_file(ckpt):
     number = {leaf["path"]: i
               for i, leaf in enumerate(json.loads(reader.meta_json("state"))["leaves"])}
     b, w = number["b"], number["w"]
-    requests = [(b, "int32", [0, 0], [8, 16], None), (w, "float32", [8, 0], [8, 48], None),
-                (w, "float32", [4, 0], [8, 48], None),   # spans two stored chunks
-                (w, "float64", [8, 0], [8, 48], None)]   # a cast: must be read
+    requests = [_core.ReadRequest(b, "int32", [0, 0], [8, 16]),
+                _core.ReadRequest(w, "float32", [8, 0], [8, 48]),
+                _core.ReadRequest(w, "float32", [4, 0], [8, 48]),   # spans two stored chunks
+                _core.ReadRequest(w, "float64", [8, 0], [8, 48])]   # a cast: must be read
     found = reader.locate("state", requests)
     assert found[2] is None and found[3] is None
-    for (leaf, _, _, shape, _), hit in zip(requests[:2], found[:2]):
-        file, offset, length, checksum = hit
-        assert os.path.isfile(file) and file.startswith(ckpt)
-        assert length == 4 * shape[0] * shape[1]
-        with open(file, "rb") as f:
-            f.seek(offset)
-            assert _core.checksum(np.frombuffer(f.read(length), np.uint8)) == checksum
+    for request, hit in zip(requests[:2], found[:2]):
+        assert hit is not None
+        assert os.path.isfile(hit.file) and hit.file.startswith(ckpt)
+        assert hit.length == 4 * request.shape[0] * request.shape[1]
+        with open(hit.file, "rb") as f:
+            f.seek(hit.offset)
+            assert _core.checksum(np.frombuffer(f.read(hit.length), np.uint8)) == hit.checksum
 
 
 @pytest.mark.parametrize("with_target", [True, False])
@@ -81,7 +82,7 @@ def test_flipped_byte_in_a_mapped_chunk_is_corruption_naming_leaf_and_file(ckpt)
             options=sk.Options(io_threads=1))
     (data_file,) = glob.glob(os.path.join(ckpt, "state", "data", "*.bin"))
     reader = _core.Reader(ckpt)
-    assert reader.locate("state", [(0, "float32", [0], [4096], None)])[0] is not None
+    assert reader.locate("state", [_core.ReadRequest(0, "float32", [0], [4096])])[0] is not None
     flip_byte(data_file, 5000)
     with pytest.raises(sk.CorruptionError) as info:
         sk.load(ckpt, options=MAPPED)
@@ -112,7 +113,7 @@ def test_chunks_start_at_64_byte_offsets_so_odd_sizes_do_not_stop_mapping(ckpt):
     assert all(r["offset"] % 64 == 0 for r in records)
     reader = _core.Reader(ckpt)
     leaves = json.loads(reader.meta_json("state"))["leaves"]
-    requests = [(i, leaf["dtype"], [0] * len(leaf["shape"]), leaf["shape"], None)
+    requests = [_core.ReadRequest(i, leaf["dtype"], [0] * len(leaf["shape"]), leaf["shape"])
                 for i, leaf in enumerate(leaves)]
     assert all(found is not None for found in reader.locate("state", requests))
     loaded = sk.load(ckpt, options=MAPPED)

@@ -94,6 +94,6 @@ def test_leaf_over_2_to_63_bytes_is_corruption(saved):
 
 def test_read_request_whose_size_overflows_is_refused(saved):
     reader = _core.Reader(saved)
-    request = (0, "float64", [0], [2**61], np.empty(0, np.uint8))
+    request = _core.ReadRequest(0, "float64", [0], [2**61], np.empty(0, np.uint8))
     with pytest.raises(sk.InvalidArgumentError, match="overflows 64 bits"):
         reader.read("state", [request])

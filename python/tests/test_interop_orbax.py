@@ -192,7 +192,7 @@ def test_replicated_boxes_are_read_once_and_fsdp_reads_only_own_rows(saved, monk
 
     def counting_read(source, requests):
         leaves = source.meta()["leaves"]
-        reads.extend((leaves[r[0]]["path"], tuple(r[2]), tuple(r[3])) for r in requests)
+        reads.extend((leaves[r.leaf]["path"], tuple(r.origin), tuple(r.shape)) for r in requests)
         return original(source, requests)
 
     monkeypatch.setattr(orbax_reader.OrbaxSource, "read", counting_read)

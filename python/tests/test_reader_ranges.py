@@ -34,27 +34,32 @@ def saved(ckpt):
 def test_a_box_is_the_chunks_holding_it_and_a_whole_leaf_all_of_them(saved, ckpt):
     reader, number, w, _ = saved
     w_leaf = number["w"]
-    whole, rows, one_block = reader.ranges("state", [
-        (w_leaf, "float32", [0, 0], [64, 48], None),
-        (w_leaf, "float32", [6, 5], [4, 10], None),   # rows 6-9: two row blocks
-        (w_leaf, "float32", [8, 0], [8, 48], None)])
+    whole, rows, one_block = (_spans(one) for one in reader.ranges("state", [
+        _core.ReadRequest(w_leaf, "float32", [0, 0], [64, 48]),
+        _core.ReadRequest(w_leaf, "float32", [6, 5], [4, 10]),   # rows 6-9: two row blocks
+        _core.ReadRequest(w_leaf, "float32", [8, 0], [8, 48])]))
     assert sum(length for _, _, length in whole) == w.nbytes
     assert len(whole) == 8 and whole == sorted(whole)
     assert all(file.startswith(ckpt) and os.path.isfile(file) for file, _, _ in whole)
     assert len(rows) == 2 and all(r in whole for r in rows)
-    # A box that is one raw chunk is where locate finds it.
-    file, offset, length, _ = reader.locate(
-        "state", [(w_leaf, "float32", [8, 0], [8, 48], None)])[0]
-    assert one_block == [(file, offset, length)]
+    # A box that is one raw chunk is where locate finds it, with its checksum.
+    [found] = reader.locate("state", [_core.ReadRequest(w_leaf, "float32", [8, 0], [8, 48])])
+    assert found is not None and found.checksum is not None
+    assert one_block == [(found.file, found.offset, found.length)]
     # Requests are checked as for a read.
     with pytest.raises(IncompatibleError, match="outside the stored shape"):
-        reader.ranges("state", [(w_leaf, "float32", [60, 0], [8, 48], None)])
+        reader.ranges("state", [_core.ReadRequest(w_leaf, "float32", [60, 0], [8, 48])])
+
+
+def _spans(ranges: list[_core.StoredRange]) -> list[tuple[str, int, int]]:
+    assert all(r.checksum is not None for r in ranges)  # each a whole chunk, as stored
+    return [(r.file, r.offset, r.length) for r in ranges]
 
 
 def test_fetching_only_the_ranges_is_enough_to_read(saved, ckpt, tmp_path):
     reader, number, w, _ = saved
-    request = (number["w"], "float32", [20, 3], [17, 40], None)
-    [ranges] = reader.ranges("state", [request])
+    request = _core.ReadRequest(number["w"], "float32", [20, 3], [17, 40])
+    [ranges] = map(_spans, reader.ranges("state", [request]))
     # A copy whose data files are zeros, except the reported ranges.
     copy = str(tmp_path / "copy")
     shutil.copytree(ckpt, copy)
@@ -70,17 +75,19 @@ def test_fetching_only_the_ranges_is_enough_to_read(saved, ckpt, tmp_path):
             dst.seek(offset)
             dst.write(src.read(length))
     out = np.zeros((17, 40), np.float32)
-    _core.Reader(copy).read("state", [request[:4] + (out.reshape(-1).view(np.uint8),)])
+    request.buffer = out.reshape(-1).view(np.uint8)
+    _core.Reader(copy).read("state", [request])
     np.testing.assert_array_equal(out, w[20:37, 3:43])
 
 
 def test_needs_no_data_file(saved, ckpt):
     reader, number, _, _ = saved
-    request = (number["b"], "int32", [0, 0], [8, 16], None)
-    [before] = reader.ranges("state", [request])
+    request = _core.ReadRequest(number["b"], "int32", [0, 0], [8, 16])
+    [before] = map(_spans, reader.ranges("state", [request]))
     shutil.rmtree(os.path.join(ckpt, "state", "data"))
     fresh = _core.Reader(ckpt)
-    assert fresh.ranges("state", [request]) == [before]
+    assert list(map(_spans, fresh.ranges("state", [request]))) == [before]
     out = np.zeros((8, 16), np.int32)
+    request.buffer = out.reshape(-1).view(np.uint8)
     with pytest.raises(NotFoundError, match=before[0][0]):
-        fresh.read("state", [request[:4] + (out.reshape(-1).view(np.uint8),)])
+        fresh.read("state", [request])

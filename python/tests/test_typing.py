@@ -6,11 +6,15 @@ import subprocess
 import sys
 import textwrap
 
-import shardkeep
+import numpy as np
+import pytest
+
+import shardkeep as sk
+from shardkeep import _core
 
 
 def test_the_package_is_marked_typed_and_the_extension_has_stubs():
-    folder = os.path.dirname(shardkeep.__file__)
+    folder = os.path.dirname(sk.__file__)
     assert os.path.exists(os.path.join(folder, "py.typed"))
     with open(os.path.join(folder, "_core.pyi")) as f:
         stub = f.read()
@@ -42,3 +46,110 @@ def test_a_type_checker_sees_the_extension_through_its_stubs(tmp_path):
     errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 2, checked.stdout + checked.stderr
     assert all(":7:" in line for line in errors), errors
+
+
+# The arguments of start_save and Reader.read are classes of the binding,
+# checked where they are built: a wrong type fails there, naming the field,
+# rather than deep inside a save.
+
+def test_a_save_part_refuses_a_field_of_the_wrong_type_naming_it():
+    with pytest.raises(TypeError, match=r"SavePart\.meta_json must be a str, got int"):
+        _core.SavePart("p", "json", 3)
+    with pytest.raises(TypeError, match=r"SavePart\.value must be bytes, got str"):
+        _core.SavePart("p", "bytes", "{}", "text")
+    # The positional tuples shards used to be are refused.
+    with pytest.raises(TypeError, match=r"SavePart\.shards\[0\] must be a Shard, got tuple"):
+        _core.SavePart("p", "pytree", "{}",
+                       shards=[(0, "float32", [0], [1], np.zeros(4, np.uint8))])
+    part = _core.SavePart("p", "json", "{}")
+    with pytest.raises(TypeError, match=r"SavePart\.name must be a str, got NoneType"):
+        part.name = None
+    with pytest.raises(TypeError, match=r"Shard\.data must be a 1-d uint8 array or a callable"):
+        _core.Shard(0, "float32", [0], [4], None)
+    with pytest.raises(TypeError, match=r"SavePart\.shards must be a list of Shard"):
+        part.shards = ()
+
+
+def test_a_shard_and_a_read_request_refuse_fields_of_the_wrong_type():
+    data = np.zeros(16, np.uint8)
+    with pytest.raises(TypeError, match=r"Shard\.leaf must be an int >= 0, got str"):
+        _core.Shard("0", "float32", [0], [4], data)
+    with pytest.raises(TypeError, match=r"Shard\.origin must be a sequence of ints"):
+        _core.Shard(0, "float32", 0, [4], data)
+    with pytest.raises(TypeError, match=r"Shard\.data must be a 1-d uint8 array or a callable"):
+        _core.Shard(0, "float32", [0], [4], data.view(np.float32))
+    with pytest.raises(sk.InvalidArgumentError, match="float33"):
+        _core.Shard(0, "float33", [0], [4], data)
+    shard = _core.Shard(0, "float32", [0], [4], data)
+    with pytest.raises(TypeError, match=r"Shard\.shape must be a sequence of ints"):
+        shard.shape = [-1]
+    with pytest.raises(TypeError, match=r"ReadRequest\.buffer must be a writable 1-d uint8"):
+        _core.ReadRequest(0, "float32", [0], [4], b"\0" * 16)
+    with pytest.raises(TypeError, match=r"ReadRequest\.dtype must be a str"):
+        _core.ReadRequest(0, np.float32, [0], [4])
+
+
+def test_fields_read_back_as_set_and_a_part_has_a_list_of_its_own():
+    def fill(origin: list[int], shape: list[int]) -> np.ndarray:
+        return np.zeros(4 * shape[0], np.uint8)
+
+    data = np.arange(16, dtype=np.uint8)
+    shard = _core.Shard(3, "float32", (2,), (4,), data)
+    assert (shard.leaf, shard.dtype, shard.origin, shard.shape) == (3, "float32", [2], [4])
+    assert shard.data is data
+    shard.data = fill
+    assert shard.data is fill
+    request = _core.ReadRequest(1, "int8", [0, 0], [2, 3], np.zeros(6, np.uint8))
+    request.buffer = None
+    assert request.buffer is None and request.shape == [2, 3]
+    assert _core.SavePart("a", "json", "{}", shards=None).shards == []
+    first, second = _core.SavePart("a", "json", "{}"), _core.SavePart("b", "json", "{}")
+    assert first.value == b"" and first.shards == []
+    first.shards.append(shard)  # the part's own list, not a shared default
+    assert second.shards == [] and first.shards[0] is shard
+
+
+def test_a_shard_round_trips_through_a_save_and_a_read(tmp_path):
+    """SavePart and Shard into start_save, ReadRequest out of Reader.read;
+    a shard's data replaced after it was built is what the save writes."""
+    meta = {"kind": "pytree",
+            "tree": {"type": "list", "children": [{"type": "leaf", "leaf": 0}]},
+            "leaves": [{"path": "0", "kind": "array", "dtype": "float32", "shape": [2, 3],
+                        "sharding": None}]}
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    shard = _core.Shard(0, "float32", [0, 0], [2, 3], np.zeros(24, np.uint8))
+    shard.data = values.reshape(-1).view(np.uint8)
+    path = str(tmp_path / "ckpt")
+    part = _core.SavePart("state", "pytree", _core.encode_meta(meta), shards=[shard])
+    notes = _core.SavePart("notes", "bytes", _core.encode_meta({"kind": "bytes"}), b"hello")
+    assert _core.start_save(path, [part, notes]).wait(None)
+    reader = _core.Reader(path)
+    assert reader.read_value("notes") == b"hello"
+    out = np.zeros((1, 3), np.float64)  # the second row, cast by the reader
+    reader.read("state", [_core.ReadRequest(0, "float64", [1, 0], [1, 3],
+                                            out.reshape(-1).view(np.uint8))])
+    np.testing.assert_array_equal(out, values[1:].astype(np.float64))
+    with pytest.raises(sk.InvalidArgumentError, match="no buffer"):
+        reader.read("state", [_core.ReadRequest(0, "float32", [0, 0], [1, 3])])
+
+
+def test_a_type_checker_sees_the_argument_classes(tmp_path):
+    program = tmp_path / "uses_parts.py"
+    program.write_text(textwrap.dedent("""
+        import numpy as np
+        from shardkeep import _core
+
+        shard = _core.Shard(0, "float32", [0], [4], np.zeros(16, np.uint8))
+        part = _core.SavePart("p", "pytree", "{}", shards=[shard])
+        origin: list[int] = part.shards[0].origin
+        found = _core.Reader("/tmp/x").locate("p", [_core.ReadRequest(0, "f", [0], [1])])
+        offsets: list[int] = [r.offset for r in found if r is not None]
+        _core.SavePart("p", "pytree", "{}", shards=[(0, "float32", [0], [4], b"")])
+        _core.Reader("/tmp/x").read("p", [(0, "float32", [0], [4], None)])
+    """))
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--follow-imports=silent", "--no-incremental",
+         str(program)], capture_output=True, text=True)
+    errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, checked.stdout + checked.stderr
+    assert ":10:" in errors[0] and ":11:" in errors[1], errors

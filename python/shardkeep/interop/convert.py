@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import dtypes, prng_keys, tree_codec
+from .. import _core, dtypes, prng_keys, tree_codec
 from .. import options as options_lib
 from ..array_source import ArraySource
 from ..errors import InvalidArgumentError
@@ -108,7 +108,7 @@ def _value_of(source, number: int, leaf: dict, progress: Progress) -> Any:
 
 def _read_box(source, number: int, leaf: dict, origin: tuple, shape: tuple) -> np.ndarray:
     out = np.empty(shape, dtypes.from_name(leaf["dtype"]))
-    source.read([(number, leaf["dtype"], list(origin), list(shape), dtypes.as_bytes(out))])
+    source.read([_core.ReadRequest(number, leaf["dtype"], origin, shape, dtypes.as_bytes(out))])
     return out
 
 

@@ -39,7 +39,7 @@ from .. import _core, dtypes, load_executor
 from .. import options as options_lib
 from ..errors import CorruptionError, InvalidArgumentError, NotFoundError
 from ..gc_pause import gc_paused
-from ..load_source import Source
+from ..load_source import Source, Span, destination
 from .optional import require
 from .tree_build import key_path, structure
 
@@ -117,17 +117,16 @@ class DcpSource(Source):
     def meta(self) -> dict:
         return self._meta
 
-    def read(self, requests: list[tuple]) -> None:
+    def read(self, requests: list[_core.ReadRequest]) -> None:
         """Reads each key that requests name once, whole, then copies
         (casting by the core's rules) every requested box out of it. At
         most one key per thread is read ahead of the copies, so memory
         holds that many keys, not all of them."""
-        by_leaf: dict[int, list[tuple]] = {}
+        by_leaf: dict[int, list[_core.ReadRequest]] = {}
         for request in requests:
-            number, dtype_name = request[0], request[1]
-            _core.check_cast(self._meta["leaves"][number]["dtype"], dtype_name,
-                             self._allow_lossy, self._leaf_keys[number][1])
-            by_leaf.setdefault(number, []).append(request)
+            _core.check_cast(self._meta["leaves"][request.leaf]["dtype"], request.dtype,
+                             self._allow_lossy, self._leaf_keys[request.leaf][1])
+            by_leaf.setdefault(request.leaf, []).append(request)
         reading: collections.deque = collections.deque()
         with concurrent.futures.ThreadPoolExecutor(
                 self._threads, thread_name_prefix="shardkeep-dcp") as pool, quiet():
@@ -138,9 +137,9 @@ class DcpSource(Source):
             while reading:
                 _copy_boxes(*reading.popleft())
 
-    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+    def ranges(self, requests: list[_core.ReadRequest]) -> list[list[Span]]:
         """A key is read whole: every box of it reads all of it."""
-        return [[(self._leaf_keys[request[0]][0], 0, 1)] for request in requests]
+        return [[Span(self._leaf_keys[request.leaf][0], 0, 1)] for request in requests]
 
     def read_whole(self, number: int) -> np.ndarray:
         """Leaf ``number`` as stored (for conversion, which slices it; it
@@ -232,16 +231,18 @@ class DcpSource(Source):
         return state_dict
 
 
-def _copy_boxes(whole_read: concurrent.futures.Future, requests: list[tuple]) -> None:
+def _copy_boxes(whole_read: concurrent.futures.Future,
+                requests: list[_core.ReadRequest]) -> None:
     """Copies each request's box out of the whole key being read."""
     whole = whole_read.result()
-    for _, dtype_name, origin, shape, dst in requests:
-        box = whole[tuple(slice(o, o + n) for o, n in zip(origin, shape))]
-        if dtype_name == dtypes.name_of(whole.dtype):
+    for request in requests:
+        shape, dst = request.shape, destination(request)
+        box = whole[tuple(slice(o, o + n) for o, n in zip(request.origin, shape))]
+        if request.dtype == dtypes.name_of(whole.dtype):
             np.copyto(dst.view(whole.dtype).reshape(shape), box)
         else:
             _core.cast(dtypes.as_bytes(np.ascontiguousarray(box)), dtypes.name_of(whole.dtype),
-                       dst, dtype_name)
+                       dst, request.dtype)
 
 
 @contextlib.contextmanager
@@ -259,7 +260,8 @@ def _reader_class(dcp):
     """FileSystemReader handing out metadata already read, so that loading
     key after key does not unpickle ``.metadata`` again each time."""
 
-    class KnownMetadataReader(dcp.FileSystemReader):
+    # A base class from a module imported at run time (torch is optional).
+    class KnownMetadataReader(dcp.FileSystemReader):  # type: ignore[name-defined]
         def __init__(self, directory: str, metadata):
             super().__init__(directory)
             self._known_metadata = metadata

@@ -44,7 +44,7 @@ from .. import _core, dtypes, load_executor
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
 from ..gc_pause import gc_paused
-from ..load_source import Source
+from ..load_source import Source, Span, destination
 from .optional import require
 from .tree_build import EMPTY_DICT, EMPTY_LIST, key_path, structure
 
@@ -166,16 +166,19 @@ class OrbaxSource(Source):
         self._names.append(where)
         return leaf
 
-    def read(self, requests: list[tuple]) -> None:
+    def read(self, requests: list[_core.ReadRequest]) -> None:
         """Every box read at once by tensorstore, straight into its buffer
         when the dtype is the stored one, else into a temporary array cast
         by the core."""
-        for number, dtype_name, *_ in requests:
-            store = self._stores[number]
-            _core.check_cast(dtypes.name_of(np.dtype(store.dtype.numpy_dtype)), dtype_name,
-                             self._allow_lossy, self._names[number])
+        for request in requests:
+            store = self._stores[request.leaf]
+            _core.check_cast(dtypes.name_of(np.dtype(store.dtype.numpy_dtype)), request.dtype,
+                             self._allow_lossy, self._names[request.leaf])
         pending = []
-        for number, dtype_name, origin, shape, dst in requests:
+        for request in requests:
+            number, dtype_name, origin, shape = (request.leaf, request.dtype, request.origin,
+                                                 request.shape)
+            dst = destination(request)
             store = self._stores[number]
             stored = np.dtype(store.dtype.numpy_dtype)
             out = (dst.view(stored).reshape(shape) if dtype_name == dtypes.name_of(stored)
@@ -192,21 +195,22 @@ class OrbaxSource(Source):
             if dtype_name != dtypes.name_of(out.dtype):
                 _core.cast(dtypes.as_bytes(out), dtypes.name_of(out.dtype), dst, dtype_name)
 
-    def ranges(self, requests: list[tuple]) -> list[list[tuple]]:
+    def ranges(self, requests: list[_core.ReadRequest]) -> list[list[Span]]:
         """The rows of stored chunks each box reads, as (array, first chunk
         row, last + 1): boxes that load-and-broadcast cuts differ in their
         first dimension only, so these tell whether two pieces would read
         one chunk."""
-        out = []
-        for number, _, origin, shape, _ in requests:
+        out: list[list[Span]] = []
+        for request in requests:
+            number, origin, shape = request.leaf, request.origin, request.shape
             store = self._stores[number]
             if not shape:
-                out.append([(self._names[number], 0, 1)])
+                out.append([Span(self._names[number], 0, 1)])
                 continue
             rows = store.chunk_layout.read_chunk.shape[0] or 1
             first = origin[0] // rows
             last = (origin[0] + max(shape[0], 1) - 1) // rows
-            out.append([(self._names[number], first, last + 1)])
+            out.append([Span(self._names[number], first, last + 1)])
         return out
 
 

@@ -71,7 +71,7 @@ def _count_reads(source_class) -> list:
 
     def counting_read(source, requests):
         leaves = source.meta()["leaves"]
-        reads.extend([leaves[r[0]]["path"], list(r[2]), list(r[3])] for r in requests)
+        reads.extend([leaves[r.leaf]["path"], r.origin, r.shape] for r in requests)
         return original(source, requests)
 
     source_class.read = counting_read
