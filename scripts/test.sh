@@ -8,6 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
+# The package type-checks against the extension's stubs: mypy on the
+# installed package, from outside the repository so that `shardkeep` is
+# the installed one (with _core.pyi); settings in pyproject.toml.
+(repo=$PWD && cd /tmp && "$repo/.venv/bin/python" -m mypy --no-incremental \
+   --config-file "$repo/pyproject.toml" -p shardkeep)
+
 cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON -DSHARDKEEP_BUILD_EXAMPLES=ON > /dev/null
 cmake --build build/cpp
 ctest --test-dir build/cpp --output-on-failure -j 2
@@ -17,12 +23,6 @@ cmake --build build/shared
 cpp/package_test/check.sh build/shared
 scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
 scripts/sanitize.sh
-
-# The package type-checks against the extension's stubs: mypy on the
-# installed package, from outside the repository so that `shardkeep` is
-# the installed one (with _core.pyi); settings in pyproject.toml.
-(repo=$PWD && cd /tmp && "$repo/.venv/bin/python" -m mypy --no-incremental \
-   --config-file "$repo/pyproject.toml" -p shardkeep)
 
 # test_cpp_round_trip.py runs the C++ examples built above.
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
