@@ -213,7 +213,7 @@ def test_an_error_of_the_core_start_comes_from_result(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is Linux's")
 def test_async_saves_start_and_write_at_a_lower_cpu_priority(tmp_path):
     sk.save_async(tmp_path / "1", {"a": jnp.ones(4)}).result()
-    starter = background_saves._starter.native_id
+    starter = background_saves.starter_thread_id()
 
     def nice(tid):  # field 19 of /proc/<pid>/task/<tid>/stat
         with open(f"/proc/self/task/{tid}/stat") as f:
