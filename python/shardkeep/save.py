@@ -130,8 +130,10 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
     """
     path, options, start, lease = _prepare(path, items, options, custom_metadata, metrics,
                                            force, step, own_copies=True)
+    # The queue gives the buffer back at the save's end, before result()
+    # returns, so a loop that waits for a save and at once starts the next
+    # reuses it.
     save = background_saves.start(start, path, options.timeout_s, on_finished=lease.give_back)
-    lease.returns_when(save.done)
     return SaveFuture(save)
 
 
@@ -193,8 +195,6 @@ def start_single_process_async(path, parts: list[dict], *, options: options_lib.
                      metrics_json="{}", force=force, options=options, coordinator=None)
     on_finished = lease.give_back if lease is not None else None
     save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
-    if lease is not None:
-        lease.returns_when(save.done)
     return SaveFuture(save)
 
 
