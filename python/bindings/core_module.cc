@@ -731,12 +731,27 @@ struct PyQueuedSave {
     save->MarkCollected();
     const Status outcome = *save->Wait(0);
     if (outcome.ok()) return true;
-    if (state && !state->start_error.object.is_none()) {
-      nb::handle error = state->start_error.object;
-      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
-      throw nb::python_error();
-    }
+    if (state && !state->start_error.object.is_none()) RaiseStartError();
     Raise(NamingUrl(outcome, save->path()));
+  }
+
+  // Raises what the start raised: a new exception of its type and
+  // arguments, carrying the start's traceback. Raising the kept one would
+  // attach this call's frames to it, and through them (they refer to this
+  // object) make a cycle the collector cannot see through, keeping the
+  // frames' arrays alive.
+  [[noreturn]] void RaiseStartError() {
+    nb::handle kept = state->start_error.object;
+    nb::object raised;
+    try {
+      raised = kept.type()(*kept.attr("args"));
+      nb::setattr(raised, "__traceback__", kept.attr("__traceback__"));
+      nb::setattr(raised, "__cause__", kept.attr("__cause__"));
+    } catch (nb::python_error&) {
+      raised = nb::borrow(kept);  // a type that cannot be rebuilt from its args
+    }
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(raised.ptr())), raised.ptr());
+    throw nb::python_error();
   }
 
   // A signal handler raised `interrupt` while this save was awaited: stop
