@@ -96,11 +96,6 @@ bool QueuedSave::Done() const {
   return outcome_.has_value();
 }
 
-bool QueuedSave::Started() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return started_;
-}
-
 void QueuedSave::StartAwaiting() {
   std::lock_guard<std::mutex> lock(mu_);
   ++awaiting_;

@@ -39,7 +39,6 @@ class QueuedSave {
   // nullopt if it has not within `timeout_s` seconds (negative: no limit).
   std::optional<Status> Wait(double timeout_s) const;
   bool Done() const;
-  bool Started() const;
 
   // The caller has seen the outcome (or will: an interrupted wait), so a
   // failure is not logged.
