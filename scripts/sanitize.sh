@@ -6,8 +6,8 @@
 #   tsan  ThreadSanitizer (build/tsan): the tests that run threads against
 #         each other (the thread pool, the simulated group, single- and
 #         multi-process saves and the order of their syncs, jobs racing on
-#         an object store, the save thread, the checkpoint pipeline, the S3
-#         client and its multipart uploads).
+#         an object store, the save thread, the save queue, the checkpoint
+#         pipeline, the S3 client and its multipart uploads).
 # Any report fails the run. Usage: scripts/sanitize.sh [asan|tsan|all]
 # (default all). Compiler: $CXX if set, else clang++, else g++.
 set -euo pipefail
@@ -22,7 +22,7 @@ ALL_TESTS=$(sed -n 's|.*/\([a-z_]*_test\)\.cc$|\1|p' <(find cpp/src -name '*_tes
 TSAN_TESTS="parallel_test simulated_group_test multiprocess_save_test save_thread_test
             checkpoint_test shard_writer_test save_durability_test reader_cancellation_test
             object_store_save_test s3_client_test multipart_upload_test s3_storage_test
-            checkpoint_writer_test verify_test"
+            checkpoint_writer_test verify_test save_queue_test"
 # Sanitizer allocators abort on a request they cannot serve instead of
 # throwing std::bad_alloc, so the test of exactly that is left out.
 SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'

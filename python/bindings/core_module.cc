@@ -22,13 +22,14 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <thread>
 
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
 #include "format/commit_record.h"
 #include "engine/copy.h"
+#include "engine/parallel.h"
+#include "engine/save_queue.h"
 #include "meta_objects.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
@@ -358,15 +359,24 @@ PyCoordinator* MakeCallbackCoordinator(int process_index, int process_count,
       NewCallbackCoordinator(process_index, process_count, std::move(functions))};
 }
 
+// The thread Python runs signal handlers on (the interpreter's main
+// thread), set when the module is imported.
+unsigned long python_main_thread = 0;
+
 // Waits until `ready` returns true, at most `timeout_s` seconds (negative:
 // no limit), with the GIL released except every kSignalCheckSeconds, when
 // Python runs its signal handlers. Returns false on timeout; throws
 // nb::python_error when a handler raised (the GIL is held on return).
+// This is the one wait of the binding that wakes periodically; on other
+// threads, where no handler runs, it wakes only when `ready` does.
 template <typename Ready>
 bool WaitLettingSignalsIn(double timeout_s, Ready&& ready) {
   const auto start = std::chrono::steady_clock::now();
+  const bool signals_here = PyThread_get_thread_ident() == python_main_thread;
   while (true) {
-    double slice = kSignalCheckSeconds;
+    // Off the main thread: an hour per wake-up (a bound that chrono's
+    // conversions take without overflowing), not an unbounded wait.
+    double slice = signals_here ? kSignalCheckSeconds : 3600.0;
     if (timeout_s >= 0) {
       const double left =
           timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -385,79 +395,18 @@ void AddNote(nb::python_error& error, const std::string& note) {
   if (!add_note.is_none()) add_note(note);
 }
 
-// A save in flight. Holds the Python arrays it borrows until it has
-// committed, so their memory outlives the background writes.
-struct PySaveHandle {
-  // Declared first so it is destroyed last, after the writer has finished.
+// A save StartSavePy has started, before the save queue takes it over (a
+// start function passed to SaveQueue.enqueue returns it). Holds the Python
+// arrays the save borrows; the queue keeps them until the save has ended.
+struct PyStartedSave {
   nb::object borrowed;
-  std::unique_ptr<SaveHandle> handle;  // null once abandoned
-  Future future;
-  std::string url;  // the checkpoint, as the caller named it
-  bool interrupted = false;
+  std::unique_ptr<SaveHandle> handle;  // null once the queue took it
 
-  PySaveHandle(nb::object borrowed, std::unique_ptr<SaveHandle> handle, std::string url)
-      : borrowed(std::move(borrowed)),
-        handle(std::move(handle)),
-        future(this->handle->future()),
-        url(std::move(url)) {}
-  // Joins the background thread without holding the GIL (the Python front
-  // keeps every save in flight referenced, so this does not wait).
-  ~PySaveHandle() {
+  // One never handed to the queue: joined without the GIL (its thread may
+  // call the coordinator's Python functions).
+  ~PyStartedSave() {
     nb::gil_scoped_release release;
     handle.reset();
-  }
-
-  // At interpreter exit, for a save still running once exit has waited
-  // long enough: its thread is left for the end of the process to stop
-  // rather than joined, and the buffers it reads stay alive.
-  void Abandon() {
-    (void)handle.release();
-    (void)borrowed.release();
-  }
-
-  bool Wait(std::optional<double> timeout) {
-    bool ready;
-    try {
-      ready = WaitLettingSignalsIn(timeout ? *timeout : -1.0, [&](double slice) {
-        return future.Wait(slice).has_value();
-      });
-    } catch (nb::python_error& interrupt) {
-      Cancel(interrupt);
-      throw;
-    }
-    if (!ready) return false;
-    if (handle) borrowed = nb::none();
-    ThrowIfError(*future.Wait(0), url);
-    return true;
-  }
-
-  // A signal handler raised `interrupt` while this save was awaited: stop
-  // the save from committing. If its commit was already under way, wait
-  // for that to finish, so that nothing changes at the path once the
-  // interrupt has propagated.
-  void Cancel(nb::python_error& interrupt) {
-    if (!handle) return;
-    interrupted = true;
-    Status cancelled = WithoutGil([&] { return handle->Cancel(); });
-    ClearPendingInterrupt();  // a second interrupt, during the cancel itself
-    if (cancelled.ok()) return;
-    if (cancelled.code() != StatusCode::kAlreadyExists) {
-      AddNote(interrupt, "the save to " + url +
-                             " may still commit: cancelling it failed: " +
-                             cancelled.ToString());
-      return;
-    }
-    try {
-      WaitLettingSignalsIn(-1.0, [&](double slice) { return future.Wait(slice).has_value(); });
-    } catch (nb::python_error&) {
-      AddNote(interrupt, "the save to " + url +
-                             " was committing when interrupted again and may still commit");
-      return;
-    }
-    Status outcome = *future.Wait(0);
-    AddNote(interrupt, outcome.ok()
-                           ? "the save to " + url + " had committed before the interrupt"
-                           : "the save to " + url + " was not committed");
   }
 };
 
@@ -513,12 +462,13 @@ CheckpointablePayload ParsePart(const PySavePart& part, nb::list& borrowed) {
   return payload;
 }
 
-PySaveHandle* StartSavePy(const std::string& url, const std::vector<const PySavePart*>& parts,
-                          std::optional<int64_t> step,
-                          const std::string& custom_metadata_json,
-                          const std::string& metrics_json, bool force,
-                          const Options& options, const PyCoordinator* coordinator,
-                          const std::string& operation_id) {
+PyStartedSave* StartSavePy(const std::string& url,
+                           const std::vector<const PySavePart*>& parts,
+                           std::optional<int64_t> step,
+                           const std::string& custom_metadata_json,
+                           const std::string& metrics_json, bool force,
+                           const Options& options, const PyCoordinator* coordinator,
+                           const std::string& operation_id) {
   StorageLocation location = Locate(url, options);
   SaveRequest request;
   request.path = location.path;
@@ -537,48 +487,63 @@ PySaveHandle* StartSavePy(const std::string& url, const std::vector<const PySave
   Result<std::unique_ptr<SaveHandle>> started = WithoutGil([&] {
     return StartSave(location.storage, group, std::move(request), options);
   });
-  return new PySaveHandle(std::move(borrowed), ValueOrRaise(std::move(started), url), url);
+  return new PyStartedSave{std::move(borrowed), ValueOrRaise(std::move(started), url)};
 }
 
-// Runs `work` (which returns a Status) on a thread of its own, in a
+// Runs `work` (which returns a Status) on a thread of the core's pool, in a
 // CancellationScope, while this thread waits letting signals in. When a
 // signal handler raises, the work is cancelled, and its exception
 // propagates once the work has stopped (it may be writing into buffers the
-// caller owns, so it must not outlive the call).
+// caller owns, so it must not outlive the call). The outcome lives in state
+// shared with the pool's job, which may still be unwinding when the wait
+// returns.
 template <typename Work>
 Status RunInterruptibly(Work&& work) {
-  CancellationToken token;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Status> outcome;
-  std::thread worker([&] {
-    CancellationScope scope(token);
+  struct Shared {
+    CancellationToken token;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Status> outcome;
+  };
+  auto shared = std::make_shared<Shared>();
+  auto run = [&work, shared] {
     Status status;
-    try {
-      status = work();
-    } catch (const std::bad_alloc&) {
-      status = ResourceExhaustedError("out of memory while reading");
-    } catch (const std::exception& e) {
-      status = InternalError(std::string("reading threw an exception: ") + e.what());
+    {
+      CancellationScope scope(shared->token);
+      try {
+        status = work();
+      } catch (const std::bad_alloc&) {
+        status = ResourceExhaustedError("out of memory while reading");
+      } catch (const std::exception& e) {
+        status = InternalError(std::string("reading threw an exception: ") + e.what());
+      }
     }
-    std::lock_guard<std::mutex> lock(mu);
-    outcome = std::move(status);
-    cv.notify_all();
-  });
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->outcome = std::move(status);
+    shared->cv.notify_all();
+  };
+  if (!internal::RunOnPool(run)) {
+    WithoutGil([&] { run(); return 0; });  // no thread to spare: not interruptible
+    return *shared->outcome;
+  }
   auto finished = [&](double slice) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::duration<double>(slice),
-                       [&] { return outcome.has_value(); });
+    std::unique_lock<std::mutex> lock(shared->mu);
+    return shared->cv.wait_for(lock, std::chrono::duration<double>(slice),
+                               [&] { return shared->outcome.has_value(); });
   };
   try {
     WaitLettingSignalsIn(-1.0, finished);
   } catch (nb::python_error&) {
-    token.Cancel();
-    WithoutGil([&] { worker.join(); });
+    shared->token.Cancel();
+    WithoutGil([&] {
+      std::unique_lock<std::mutex> lock(shared->mu);
+      shared->cv.wait(lock, [&] { return shared->outcome.has_value(); });
+      return 0;
+    });
     throw;
   }
-  WithoutGil([&] { worker.join(); });
-  return *outcome;
+  std::lock_guard<std::mutex> lock(shared->mu);
+  return *shared->outcome;
 }
 
 struct PyReader {
@@ -813,12 +778,255 @@ std::string BoxRepr(const LeafBox& box) {
          ", box " + MakeBox(box.origin, box.shape).ToString();
 }
 
+// ---------------------------------------------------------------------------
+// The save queue (engine/save_queue.h): the process's saves from the call
+// to their end. Python keeps one SaveQueue (shardkeep.background_saves)
+// and thin futures over its QueuedSaves (shardkeep.SaveFuture).
+
+// A Python object that C++ threads may hold and drop: dropped with the GIL.
+struct PyKept {
+  nb::object object;
+  explicit PyKept(nb::object object) : object(std::move(object)) {}
+  ~PyKept() {
+    nb::gil_scoped_acquire acquire;
+    object.reset();
+  }
+};
+
+// What the Python side of one queued save owns: its start and on_finished
+// functions, the arrays it borrows, and the exception its start raised
+// (re-raised as itself by every result()).
+struct PySaveState {
+  PyKept start;
+  PyKept on_finished;
+  PyKept borrowed{nb::none()};
+  PyKept start_error{nb::none()};
+  PySaveState(nb::object start, nb::object on_finished)
+      : start(std::move(start)), on_finished(std::move(on_finished)) {}
+};
+
+// Calls the Python start (which returns _core.start_save's SaveHandle) on
+// the queue's starter thread; its exception is kept and becomes a Status.
+Result<std::unique_ptr<SaveHandle>> RunPythonStart(PySaveState& state) {
+  nb::gil_scoped_acquire acquire;
+  try {
+    nb::object start = std::move(state.start.object);
+    state.start.object = nb::none();
+    nb::object started = start();
+    start.reset();  // its captures (the staged parts) are not kept
+    PyStartedSave* save = nb::cast<PyStartedSave*>(started);
+    if (!save->handle) return InvalidArgumentError("a save start returned a used SaveHandle");
+    state.borrowed.object = std::move(save->borrowed);
+    return std::move(save->handle);
+  } catch (nb::python_error& error) {
+    state.start_error.object = nb::borrow(error.value());
+    std::string message = nb::str(error.value()).c_str();
+    return Status(ShardkeepErrorCode(error.value()).value_or(StatusCode::kInternal), message);
+  } catch (const std::exception& error) {
+    return InternalError(std::string("starting the save failed: ") + error.what());
+  }
+}
+
+// At the save's end, on the queue's finisher thread: on_finished runs,
+// then the borrowed arrays are let go (the save no longer reads them).
+void RunPythonOnFinished(PySaveState& state) {
+  nb::gil_scoped_acquire acquire;
+  nb::object on_finished = std::move(state.on_finished.object);
+  state.on_finished.object = nb::none();
+  if (!on_finished.is_none()) {
+    try {
+      on_finished();
+    } catch (nb::python_error& error) {
+      error.discard_as_unraisable("shardkeep: a save's on_finished");
+    }
+  }
+  state.borrowed.object = nb::none();
+}
+
+// One queued save, as Python sees it.
+struct PyQueuedSave {
+  std::shared_ptr<internal::QueuedSave> save;
+  std::shared_ptr<PySaveState> state;
+
+  bool Finished(double slice) { return save->Wait(slice).has_value(); }
+
+  // Waits for the end at most `timeout` seconds (None: no limit), letting
+  // signal handlers run: True once ended (raising its error), False on
+  // timeout. An interrupted wait cancels the save.
+  bool Result(std::optional<double> timeout) {
+    save->StartAwaiting();
+    bool ended;
+    try {
+      ended = WaitLettingSignalsIn(timeout ? *timeout : -1.0,
+                                   [&](double slice) { return Finished(slice); });
+    } catch (nb::python_error& interrupt) {
+      save->StopAwaiting();
+      save->MarkCollected();
+      CancelOnInterrupt(interrupt);
+      throw;
+    }
+    if (save->StopAwaiting()) ended = true;  // it ended as the wait timed out
+    if (!ended) return false;
+    save->MarkCollected();
+    const Status outcome = *save->Wait(0);
+    if (outcome.ok()) return true;
+    if (state && !state->start_error.object.is_none()) RaiseStartError();
+    Raise(NamingUrl(outcome, save->path()));
+  }
+
+  // Raises what the start raised: a new exception of its type and
+  // arguments, carrying the start's traceback. Raising the kept one would
+  // attach this call's frames to it, and through them (they refer to this
+  // object) make a cycle the collector cannot see through, keeping the
+  // frames' arrays alive.
+  [[noreturn]] void RaiseStartError() {
+    nb::handle kept = state->start_error.object;
+    nb::object raised;
+    try {
+      raised = kept.type()(*kept.attr("args"));
+      nb::setattr(raised, "__traceback__", kept.attr("__traceback__"));
+      nb::setattr(raised, "__cause__", kept.attr("__cause__"));
+    } catch (nb::python_error&) {
+      raised = nb::borrow(kept);  // a type that cannot be rebuilt from its args
+    }
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(raised.ptr())), raised.ptr());
+    throw nb::python_error();
+  }
+
+  // A signal handler raised `interrupt` while this save was awaited: stop
+  // the save from committing. If its commit was already under way, wait
+  // for that to finish, so that nothing changes at the path once the
+  // interrupt has propagated.
+  void CancelOnInterrupt(nb::python_error& interrupt) {
+    const std::string& url = save->path();
+    Status cancelled = WithoutGil([&] { return save->Cancel(); });
+    ClearPendingInterrupt();  // a second interrupt, during the cancel itself
+    if (cancelled.ok()) return;
+    if (cancelled.code() != StatusCode::kAlreadyExists) {
+      AddNote(interrupt, "the save to " + url +
+                             " may still commit: cancelling it failed: " +
+                             cancelled.ToString());
+      return;
+    }
+    try {
+      WaitLettingSignalsIn(-1.0, [&](double slice) { return Finished(slice); });
+    } catch (nb::python_error&) {
+      AddNote(interrupt, "the save to " + url +
+                             " was committing when interrupted again and may still commit");
+      return;
+    }
+    AddNote(interrupt, save->Wait(0)->ok()
+                           ? "the save to " + url + " had committed before the interrupt"
+                           : "the save to " + url + " was not committed");
+  }
+};
+
+// The process's queue. Never destroyed: at exit its threads are left, not
+// joined (SaveQueue::Close).
+struct PySaveQueue {
+  internal::SaveQueue* queue;
+
+  // log_failure(path, failure) is called (with the GIL) for a failure
+  // nobody collected.
+  static PySaveQueue* Make(nb::object log_failure, int background_nice) {
+    auto log = std::make_shared<PyKept>(std::move(log_failure));
+    internal::SaveQueue::Hooks hooks;
+    hooks.background_nice = background_nice;
+    hooks.log_failure = [log](const std::string& path, const std::string& failure) {
+      nb::gil_scoped_acquire acquire;
+      try {
+        log->object(path, failure);
+      } catch (nb::python_error& error) {
+        error.discard_as_unraisable("shardkeep: logging a save's failure");
+      }
+    };
+    return new PySaveQueue{new internal::SaveQueue(std::move(hooks))};
+  }
+
+  PyQueuedSave* Enqueue(const std::string& path, double timeout_s, nb::object start,
+                        nb::object on_finished) {
+    auto state = std::make_shared<PySaveState>(std::move(start), std::move(on_finished));
+    std::shared_ptr<internal::QueuedSave> save = queue->Enqueue(
+        path, timeout_s, [state] { return RunPythonStart(*state); },
+        [state] { RunPythonOnFinished(*state); });
+    return new PyQueuedSave{std::move(save), std::move(state)};
+  }
+
+  nb::list Running() {
+    nb::list running;
+    for (auto& save : queue->Running()) {
+      running.append(nb::cast(new PyQueuedSave{save, nullptr}, nb::rv_policy::take_ownership));
+    }
+    return running;
+  }
+
+  // Waits, letting signals in, until no uninterrupted save runs, at most
+  // `timeout_s`; True if none does.
+  bool WaitForUninterrupted(double timeout_s) {
+    return WaitLettingSignalsIn(
+        timeout_s, [&](double slice) { return queue->WaitForUninterrupted(slice); });
+  }
+
+  std::vector<std::string> Close() {
+    std::vector<std::string> left;
+    for (auto& save : WithoutGil([&] { return queue->Close(); })) {
+      left.push_back(save->path());
+    }
+    return left;
+  }
+};
+
+void BindSaveQueue(nb::module_& m) {
+  nb::class_<PyStartedSave>(m, "SaveHandle",
+                            "A started save, until a SaveQueue start returns it.")
+      .def("cancel",
+           [](PyStartedSave& self) {
+             if (!self.handle) return false;
+             return WithoutGil([&] { return self.handle->Cancel(); }).ok();
+           },
+           "Cancels the save as an interrupted wait does; True if it will not commit.");
+
+  nb::class_<PyQueuedSave>(m, "QueuedSave")
+      .def("result", &PyQueuedSave::Result, "timeout"_a = nb::none(),
+           "Waits for the save's end: True once ended (raising its error), False on"
+           " timeout. Ctrl-C cancels the save.")
+      .def("done", [](PyQueuedSave& self) { return self.save->Done(); })
+      .def("cancel",
+           [](PyQueuedSave& self) {
+             self.save->MarkCollected();
+             return WithoutGil([&] { return self.save->Cancel(); }).ok();
+           },
+           "Cancels the save as an interrupted wait does; True if it will not commit.")
+      .def_prop_ro("path", [](PyQueuedSave& self) { return self.save->path(); })
+      .def_prop_ro("timeout_s", [](PyQueuedSave& self) { return self.save->timeout_s(); })
+      .def_prop_ro("interrupted", [](PyQueuedSave& self) { return self.save->interrupted(); },
+                   "True once a wait for it was interrupted (or cancel() called).");
+
+  nb::class_<PySaveQueue>(m, "SaveQueue")
+      .def(nb::new_(&PySaveQueue::Make), "log_failure"_a, "background_nice"_a = 0)
+      .def("enqueue", &PySaveQueue::Enqueue, "path"_a, "timeout_s"_a, "start"_a,
+           "on_finished"_a = nb::none(),
+           "Queues a save: start() (returning start_save's SaveHandle) runs after the"
+           " starts queued before it, on_finished() at its end.")
+      .def("running", &PySaveQueue::Running,
+           "The saves that have not ended (interrupted ones winding down too).")
+      .def("wait_for_uninterrupted", &PySaveQueue::WaitForUninterrupted, "timeout_s"_a,
+           "Waits until no uninterrupted save runs, at most timeout_s; True if none does.")
+      .def("close", &PySaveQueue::Close,
+           "At exit: leaves the saves still running to the process's end; their paths.")
+      .def_prop_ro("starter_thread_id",
+                   [](PySaveQueue& self) { return self.queue->starter_thread_id(); },
+                   "The kernel's id of the thread that starts saves (0 before the first).");
+}
+
 }  // namespace
 }  // namespace shardkeep
 
 NB_MODULE(_core, m) {
   using namespace shardkeep;
   m.doc() = "shardkeep's C++ engine; use the shardkeep package, not this module.";
+  python_main_thread = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
 
   // Settings for s3:// paths; unset fields (None) fall back to the
   // environment and the AWS files. No repr: it would show the secret.
@@ -865,22 +1073,7 @@ NB_MODULE(_core, m) {
       .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes)
       .def_rw("s3", &Options::s3);
 
-  nb::class_<PySaveHandle>(m, "SaveHandle")
-      .def("wait", &PySaveHandle::Wait, "timeout"_a = nb::none(),
-           "Waits for the commit; False on timeout, raises if the save failed.")
-      .def("done", [](PySaveHandle& self) { return self.future.Ready(); })
-      .def("abandon", &PySaveHandle::Abandon,
-           "At interpreter exit: leave a still-running save to the process's end.")
-      .def("cancel",
-           [](PySaveHandle& self) {
-             if (!self.handle) return false;
-             self.interrupted = true;
-             return WithoutGil([&] { return self.handle->Cancel(); }).ok();
-           },
-           "Cancels the save as an interrupted wait does; True if it will not commit.")
-      .def_prop_ro("interrupted", [](PySaveHandle& self) { return self.interrupted; },
-                   "True once a wait for it was interrupted (or cancel() called),"
-                   " which cancelled it.");
+  BindSaveQueue(m);
 
   // The arguments of start_save and Reader.read, built by the Python front.
   constexpr const char* kShardData =

@@ -11,9 +11,8 @@ GIL while they wait, so a save's background thread waiting at a barrier does
 not stall the training loop's Python thread.
 
 The client's blocking calls do not return to Python until they finish, so
-on the main thread (a save's blocking phase waits at a barrier there) they
-run on a helper thread while the main thread waits for it, which Ctrl-C
-interrupts; the abandoned call ends on its own within its timeout.
+on the main thread they run on a helper thread while the main thread waits
+for it, which Ctrl-C interrupts; the abandoned call ends on its own within its timeout.
 
 Barriers name the processes that did not arrive: before waiting, each
 process records ``<barrier>/arrived/<process_index>`` in the key-value store;

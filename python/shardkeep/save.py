@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from typing import Any, Callable, Literal, Mapping, NoReturn, overload
+from typing import Any, Callable, Literal, Mapping, overload
 
 import numpy as np
 
@@ -21,18 +20,16 @@ from . import staging_pool
 from .errors import InvalidArgumentError, TimeoutError
 from .gc_pause import gc_paused
 
-_WAIT_SLICE_S = 0.1
-
-
 class SaveFuture:
-    """The outcome of a save whose background phase may still be running.
+    """The outcome of a save whose background phase may still be running:
+    a view of the save that the process's save queue owns.
 
     The save does not depend on this object: dropping it lets the save
     finish in the background (a failure is then logged), and interpreter
     exit waits for it (see ``shardkeep.background_saves``).
     """
 
-    def __init__(self, save: background_saves.BackgroundSave):
+    def __init__(self, save: _core.QueuedSave):
         self._save = save
 
     def result(self, timeout: float | None = None) -> None:
@@ -46,38 +43,10 @@ class SaveFuture:
         commit was already under way, the interrupt propagates once that
         has finished, with a note saying whether it committed.
         """
-        save = self._save
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not save.started.is_set():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                self._timed_out(timeout)
-            try:
-                # Slices, so that a signal handler runs while this waits.
-                save.started.wait(_WAIT_SLICE_S if left is None else min(_WAIT_SLICE_S, left))
-            except BaseException:
-                save.cancel()
-                save.claim_report()
-                raise
-        if save.start_error is not None:
-            save.claim_report()
-            raise save.start_error
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        handle = save.handle
-        assert handle is not None  # started, without an error
-        try:
-            finished = handle.wait(left)
-        except BaseException:
-            save.claim_report()
-            raise
-        if not finished:
-            self._timed_out(timeout)
-        save.claim_report()
-
-    def _timed_out(self, timeout: float | None) -> NoReturn:
-        raise TimeoutError(
-            f"save to {self.path!r} not committed within {timeout} s; it continues in the"
-            " background, call result() again to keep waiting")
+        if not self._save.result(timeout):
+            raise TimeoutError(
+                f"save to {self.path!r} not committed within {timeout} s; it continues in the"
+                " background, call result() again to keep waiting")
 
     def done(self) -> bool:
         """True once the save has committed or failed."""
@@ -144,18 +113,10 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     """
     path, options, start, _ = _prepare(path, items, options, custom_metadata, metrics, force,
                                        step, own_copies=False)
-    background_saves.wait_for_starts()  # saves start in call order
-    handle = start()
-    # Waited for here, so not a background save: an error is raised, not
-    # logged. Ctrl-C cancels it (see SaveFuture.result); its thread may
-    # still be winding down, so the registry takes it rather than this
-    # frame joining it.
-    try:
-        handle.wait(None)
-    except BaseException:
-        if handle.interrupted:
-            background_saves.track(handle, path, options.timeout_s)
-        raise
+    # Queued like an async save (saves start in call order) and waited for
+    # here: an error is raised, not logged. Ctrl-C cancels it (see
+    # SaveFuture.result); the queue keeps it while its thread winds down.
+    SaveFuture(background_saves.start(start, path, options.timeout_s)).result()
 
 
 def save_checkpointables_async(path, items: Mapping[str, Any], *,
@@ -171,8 +132,10 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
     """
     path, options, start, lease = _prepare(path, items, options, custom_metadata, metrics,
                                            force, step, own_copies=True)
+    # The queue gives the buffer back at the save's end, before result()
+    # returns, so a loop that waits for a save and at once starts the next
+    # reuses it.
     save = background_saves.start(start, path, options.timeout_s, on_finished=lease.give_back)
-    lease.returns_when(save.done)
     return SaveFuture(save)
 
 
@@ -254,8 +217,6 @@ def start_single_process_async(path, parts: list[_core.SavePart], *, options: op
                      metrics_json="{}", force=force, options=options, coordinator=None)
     on_finished = lease.give_back if lease is not None else None
     save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
-    if lease is not None:
-        lease.returns_when(save.done)
     return SaveFuture(save)
 
 

@@ -21,7 +21,6 @@ still writes from the kept buffer stages into fresh memory.
 from __future__ import annotations
 
 import threading
-from typing import Callable
 
 import numpy as np
 
@@ -29,8 +28,6 @@ from . import host_memory
 
 _lock = threading.Lock()
 _kept: np.ndarray | None = None
-# Leases of saves that may still be writing (see Lease.returns_when).
-_lent: list["Lease"] = []
 # Bumped by release(): buffers lent before it are not kept when returned.
 _generation = 0
 
@@ -43,16 +40,6 @@ class Lease:
         self._generation = generation
         self._keep = keep
         self._used = 0
-        self._save_done: Callable[[], bool] | None = None
-
-    def returns_when(self, save_done: Callable[[], bool]) -> None:
-        """Lets the next ``lease`` take the buffer back once ``save_done()``
-        is true, before the save's own ``give_back`` (which its watcher
-        calls moments later) has run: a loop that waits for a save and at
-        once starts the next one then reuses the buffer."""
-        with _lock:
-            self._save_done = save_done
-            _lent.append(self)
 
     def carve(self, nbytes: int) -> np.ndarray:
         """The next ``nbytes`` of the buffer (uint8)."""
@@ -74,8 +61,6 @@ class Lease:
     def _give_back_locked(self) -> None:
         global _kept
         buffer, self.buffer = self.buffer, None
-        if self in _lent:
-            _lent.remove(self)
         if buffer is None or not self._keep:
             return
         if self._generation == _generation and (_kept is None or _kept.size < buffer.size):
@@ -96,7 +81,6 @@ def lease(nbytes: int, *, reuse: bool) -> Lease:
     global _kept
     buffer = None
     with _lock:
-        _reclaim_finished_locked()
         generation = _generation
         if reuse and _kept is not None:
             buffer, _kept = _kept, None
@@ -116,14 +100,7 @@ def release() -> None:
 def kept_bytes() -> int:
     """Size of the buffer kept for the next async save (0 if none)."""
     with _lock:
-        _reclaim_finished_locked()
         return 0 if _kept is None else int(_kept.size)
-
-
-def _reclaim_finished_locked() -> None:
-    for finished in [lent for lent in _lent if lent._save_done is not None
-                     and lent._save_done()]:
-        finished._give_back_locked()
 
 
 def _aligned(offset: int) -> int:

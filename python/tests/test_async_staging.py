@@ -111,15 +111,13 @@ def test_the_staging_buffer_is_kept_and_reused_by_the_next_save(tmp_path, fresh_
 
 def test_a_buffer_is_lent_to_one_save_at_a_time_and_one_is_kept():
     first = staging_pool.lease(1 << 20, reuse=True)
-    first_done = []
-    first.returns_when(lambda: bool(first_done))
     second = staging_pool.lease(1 << 20, reuse=True)  # the first still writes
     assert second.buffer is not first.buffer
     big = staging_pool.lease(4 << 20, reuse=True)
     second.give_back()
     big.give_back()
     assert staging_pool.kept_bytes() == 4 << 20  # the largest, alone
-    first_done.append(True)
+    first.give_back()  # its save has finished writing
     assert staging_pool.kept_bytes() == 4 << 20
     reused = staging_pool.lease(2 << 20, reuse=True)
     assert reused.buffer.size == 4 << 20 and staging_pool.kept_bytes() == 0
@@ -213,7 +211,7 @@ def test_an_error_of_the_core_start_comes_from_result(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is Linux's")
 def test_async_saves_start_and_write_at_a_lower_cpu_priority(tmp_path):
     sk.save_async(tmp_path / "1", {"a": jnp.ones(4)}).result()
-    starter = background_saves._starter.native_id
+    starter = background_saves.starter_thread_id()
 
     def nice(tid):  # field 19 of /proc/<pid>/task/<tid>/stat
         with open(f"/proc/self/task/{tid}/stat") as f:

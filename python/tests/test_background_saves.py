@@ -20,7 +20,7 @@ _TESTS_DIR = os.path.dirname(__file__)
 
 def _wait_until_no_background_saves(limit_s=30.0):
     deadline = time.monotonic() + limit_s
-    while background_saves._running:
+    while background_saves.running():
         assert time.monotonic() < deadline, "background saves never finished"
         time.sleep(0.01)
 

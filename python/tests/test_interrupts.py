@@ -42,7 +42,7 @@ def _interrupted_after(call, delay_s=0.3):
 
 def _wait_until_no_background_saves(limit_s=30.0):
     deadline = time.monotonic() + limit_s
-    while background_saves._running:
+    while background_saves.running():
         assert time.monotonic() < deadline, "background saves never finished"
         time.sleep(0.01)
 
@@ -71,9 +71,9 @@ def test_ctrl_c_interrupts_a_synchronous_save(ckpt, monkeypatch):
 
 
 def test_ctrl_c_in_a_barrier_of_the_blocking_phase_is_a_keyboard_interrupt(ckpt, monkeypatch):
-    # The "prepared" barrier runs on the caller's thread, inside the core: the
-    # interrupt raised in the coordinator's callback must come out as itself,
-    # not as an error of the coordination service.
+    # The "prepared" barrier runs inside the core, while the caller waits:
+    # the interrupt must come out as itself, not as an error of the
+    # coordination service.
     LocalCoordination(stall_at("prepared", 5.0)).install(monkeypatch)
     assert _interrupted_after(lambda: sk.save(ckpt, {"w": np.ones(10)})) < _PROMPT_S
     assert not _committed(ckpt)

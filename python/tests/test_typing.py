@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
-from shardkeep import _core
+from shardkeep import _core, background_saves
 
 
 def test_the_package_is_marked_typed_and_the_extension_has_stubs():
@@ -122,7 +122,8 @@ def test_a_shard_round_trips_through_a_save_and_a_read(tmp_path):
     path = str(tmp_path / "ckpt")
     part = _core.SavePart("state", "pytree", _core.encode_meta(meta), shards=[shard])
     notes = _core.SavePart("notes", "bytes", _core.encode_meta({"kind": "bytes"}), b"hello")
-    assert _core.start_save(path, [part, notes]).wait(None)
+    queued = background_saves.start(lambda: _core.start_save(path, [part, notes]), path, 60.0)
+    assert queued.result(None)
     reader = _core.Reader(path)
     assert reader.read_value("notes") == b"hello"
     out = np.zeros((1, 3), np.float64)  # the second row, cast by the reader

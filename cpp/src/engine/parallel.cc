@@ -130,6 +130,10 @@ class ThreadPool {
 
 }  // namespace
 
+bool RunOnPool(std::function<void()> job) {
+  return ThreadPool::ForCallersPriority().Run(std::move(job));
+}
+
 Status ParallelFor(size_t count, int threads,
                    const std::function<Status(size_t)>& work, std::string_view what) {
   const CancellationToken token = CancellationScope::Current();

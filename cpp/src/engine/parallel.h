@@ -25,4 +25,11 @@ Status ParallelFor(size_t count, int threads,
                    const std::function<Status(size_t)>& work,
                    std::string_view what = "work item");
 
+// Runs `job` at once on a thread of the same pool (of the caller's
+// priority), never behind other work. False when no thread can be started:
+// the job has not run, and the caller should run it itself. Lets a caller
+// wait for work on another thread (to let Python signal handlers run) without
+// starting a thread per call.
+bool RunOnPool(std::function<void()> job);
+
 }  // namespace shardkeep::internal

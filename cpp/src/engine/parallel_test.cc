@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <sys/resource.h>
@@ -195,6 +196,26 @@ TEST(ParallelForTest, WorksInAForkedChild) {
   ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
   ASSERT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+}
+
+TEST(RunOnPoolTest, RunsTheJobOnAnotherThreadThatThePoolKeeps) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::thread::id> ran_on;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(RunOnPool([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      ran_on.push_back(std::this_thread::get_id());
+      cv.notify_all();
+    }));
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return ran_on.size() == static_cast<size_t>(i + 1); });
+    EXPECT_NE(ran_on.back(), std::this_thread::get_id());
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // its thread idles again
+  }
+  // The thread that last went idle takes the next job: no thread per job.
+  EXPECT_EQ(std::set<std::thread::id>(ran_on.begin(), ran_on.end()).size(), 1u);
 }
 
 }  // namespace
