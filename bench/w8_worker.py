@@ -142,7 +142,7 @@ def exchange_floor(job: Job, share: int, destinations) -> dict | None:
     feature uses, without reading or placing anything (the median of 3,
     into buffers touched beforehand). None where shardkeep has no exchange."""
     try:
-        from shardkeep import exchange
+        from shardkeep.job import exchange
     except ImportError:
         return None
     buffer = np.ones(share, np.uint8)

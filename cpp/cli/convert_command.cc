@@ -2,7 +2,7 @@
 // writes a shardkeep checkpoint from another format's. Orbax checkpoints
 // are read with tensorstore and DCP ones with torch, both Python
 // libraries, so the conversion runs in the Python package this program was
-// installed with (`python -m shardkeep.convert_command`, beside it in the
+// installed with (`python -m shardkeep.interop.convert_command`, beside it in the
 // environment's bin folder); this command only finds that interpreter and
 // hands over its arguments.
 #include <unistd.h>
@@ -43,7 +43,7 @@ int Run(const std::string& src, const std::string& dst, const std::string& from,
                  "torch); use the shardkeep installed by `pip install shardkeep`\n";
     return kFailed;
   }
-  std::vector<std::string> args = {python, "-m", "shardkeep.convert_command", src, dst,
+  std::vector<std::string> args = {python, "-m", "shardkeep.interop.convert_command", src, dst,
                                    "--from", from};
   if (allow_pickle) args.push_back("--allow-pickle");
   if (step >= 0) {

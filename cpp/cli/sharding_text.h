@@ -1,5 +1,5 @@
 // A compact rendering of the sharding descriptions the Python front saves
-// in meta.json (python/shardkeep/shardings.py, `describe`): C++ treats them
+// in meta.json (python/shardkeep/base/shardings.py, `describe`): C++ treats them
 // as opaque JSON, so an unknown form is shown as its JSON text.
 #pragma once
 

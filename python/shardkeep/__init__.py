@@ -8,22 +8,22 @@ A value to save (or a target) is one tree, the checkpointable "state",
 unless it is an ``sk.Checkpointables(...)`` of named parts.
 """
 
-from .array_source import ArraySource
-from .checkpointables import JsonValue, register_kind
+from .base.array_source import ArraySource
+from .base.checkpointables import JsonValue, register_kind
 from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionError,
-                     IncompatibleError, InvalidArgumentError, NotFoundError,
-                     OutOfSpaceError, ShardkeepError, StorageError, TimeoutError)
-from .info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
+                     IncompatibleError, InvalidArgumentError, NotFoundError, OutOfSpaceError,
+                     ShardkeepError, StorageError, TimeoutError)
+from .loading.info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .interop import convert, load_dcp, load_orbax
-from .load import load, load_checkpointables
-from .manager import CheckpointManager
-from .named_parts import Checkpointables
+from .loading.load import load, load_checkpointables
+from .manager.checkpoint_manager import CheckpointManager
+from .base.named_parts import Checkpointables
 from .options import Options
-from .safetensors_load import load_safetensors
+from .interop.safetensors import load_safetensors
 from .s3_settings import S3Settings
-from .save import (SaveFuture, save, save_async, save_checkpointables,
-                   save_checkpointables_async)
-from .staging_pool import release as release_staging_memory
+from .saving.save import (SaveFuture, save, save_async, save_checkpointables,
+                          save_checkpointables_async)
+from .saving.staging_pool import release as release_staging_memory
 
 __all__ = [
     "ArraySource", "CheckpointManager", "Checkpointables", "CommitStateUnknownError", "OutOfSpaceError",

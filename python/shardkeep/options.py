@@ -38,7 +38,7 @@ class Options:
         stored value (e.g. float32 -> bfloat16, int32 -> int16).
       map_files: loads from local files map each box stored raw as one
         chunk (copy-on-write) instead of reading it into new memory: no
-        copy, and the page cache is the array (see shardkeep.file_mapping).
+        copy, and the page cache is the array (see shardkeep.loading.file_mapping).
         Turn it off when other programs may truncate or rewrite checkpoint
         files in place while loaded arrays live (shardkeep never does).
       reuse_staging_memory: ``save_async`` copies the state into host

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from shardkeep import _core, distributed
+from shardkeep import _core
+from shardkeep.job import distributed
 
 
 class LocalCoordination:

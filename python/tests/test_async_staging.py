@@ -1,5 +1,5 @@
 """save_async in a training loop: donation-safe copies, staging memory kept
-between saves (shardkeep.staging_pool), and the plan reused for a tree
+between saves (shardkeep.saving.staging_pool), and the plan reused for a tree
 saved again."""
 
 import os
@@ -13,7 +13,8 @@ import pytest
 from conftest import assert_same_bits, make_mesh
 
 import shardkeep as sk
-from shardkeep import background_saves, host_memory, staging, staging_pool
+from shardkeep.saving import background_saves, staging, staging_pool
+from shardkeep.base import host_memory
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
-from shardkeep import background_saves
+from shardkeep.saving import background_saves
 from local_coordination import LocalCoordination, stall_at
 
 _TESTS_DIR = os.path.dirname(__file__)

@@ -25,7 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).with_name("multiprocess")))
 import harness  # noqa: E402
 
 import shardkeep as sk  # noqa: E402
-from shardkeep import _core, broadcast_load, load_plan  # noqa: E402
+from shardkeep import _core  # noqa: E402
+from shardkeep.loading import broadcast_load, load_plan
 
 
 class FakeDevice:

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
 from conftest import assert_same_bits, make_mesh
-from shardkeep import tree_codec
+from shardkeep.base import tree_codec
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD_HINT = (

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).with_name("multiprocess")))
 import harness  # noqa: E402
 
-from shardkeep import exchange  # noqa: E402
+from shardkeep.job import exchange  # noqa: E402
 from shardkeep.errors import InvalidArgumentError  # noqa: E402
 
 

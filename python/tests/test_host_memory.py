@@ -1,4 +1,4 @@
-"""Host buffers for loads and async staging (shardkeep.host_memory)."""
+"""Host buffers for loads and async staging (shardkeep.base.host_memory)."""
 
 import gc
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import shardkeep
-from shardkeep import host_memory
+from shardkeep.base import host_memory
 
 
 @pytest.mark.parametrize("shape,dtype", [

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
-from shardkeep import background_saves
+from shardkeep.saving import background_saves
 from local_coordination import LocalCoordination, stall_at
 
 _TESTS_DIR = os.path.dirname(__file__)
@@ -83,7 +83,7 @@ _JAX_WAIT = textwrap.dedent("""
     import signal, sys, threading, os, time
     import jax
     jax.distributed.initialize(f"localhost:{sys.argv[1]}", num_processes=1, process_id=0)
-    from shardkeep import distributed
+    from shardkeep.job import distributed
     coordination = distributed.coordination()
     threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()

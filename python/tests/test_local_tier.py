@@ -21,7 +21,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
-from shardkeep import _core, local_slices
+from shardkeep import _core
+from shardkeep.manager import local_slices
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "multiprocess"))
 from harness import run_job  # noqa: E402

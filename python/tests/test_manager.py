@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
 from shardkeep import _core
-from shardkeep import manager as manager_lib
+from shardkeep.manager import checkpoint_manager as manager_lib
 
 from conftest import assert_same_bits, make_mesh
 

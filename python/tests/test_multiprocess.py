@@ -20,7 +20,7 @@ import harness  # noqa: E402
 import scenarios  # noqa: E402
 
 import shardkeep as sk  # noqa: E402
-from shardkeep import distributed  # noqa: E402
+from shardkeep.job import distributed  # noqa: E402
 
 ARRAY_LEAVES = list(scenarios.ARRAYS) + ["numpy"]
 

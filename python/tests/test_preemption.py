@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 import shardkeep as sk
-from shardkeep.preemption import PreemptionWatch
+from shardkeep.manager.preemption import PreemptionWatch
 
 CHILD = textwrap.dedent("""
     import signal, sys, time

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from shardkeep.errors import InvalidArgumentError
-from shardkeep.retention import RetentionPolicy, best_steps, steps_to_delete
+from shardkeep.manager.retention import RetentionPolicy, best_steps, steps_to_delete
 
 
 def steps(*numbers):

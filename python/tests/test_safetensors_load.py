@@ -171,7 +171,7 @@ def test_on_s3(s3, tmp_path):
 
 
 def test_sources_convert_the_files_chunk_by_chunk(tmp_path):
-    from shardkeep.safetensors_load import safetensors_sources
+    from shardkeep.interop.safetensors import safetensors_sources
     tensors = model_tensors()
     tensors["model.big"] = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)
     index = write_sharded(tmp_path, tensors, files=2)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
-from shardkeep import _core, background_saves
+from shardkeep import _core
+from shardkeep.saving import background_saves
 
 
 def test_the_package_is_marked_typed_and_the_extension_has_stubs():

@@ -61,7 +61,7 @@ struct SaveRequest {
   bool force = false;  // replace a committed checkpoint at `path`
   // Names this save's barriers. Unique per save and identical on every
   // process; the Python front agrees on it with the other processes before
-  // starting the save (python/shardkeep/distributed.py, `agree`). Empty:
+  // starting the save (python/shardkeep/job/distributed.py, `agree`). Empty:
   // numbered by this process's StartSave calls, which stay in step only
   // while every process makes the same saves.
   std::string operation_id;

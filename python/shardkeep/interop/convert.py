@@ -10,9 +10,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _core, dtypes, prng_keys, tree_codec
+from .. import _core
+from ..base import dtypes, prng_keys, tree_codec
 from .. import options as options_lib
-from ..array_source import ArraySource
+from ..base.array_source import ArraySource
 from ..errors import InvalidArgumentError
 from . import dcp, orbax
 from .progress import Progress
@@ -56,7 +57,7 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
     if allow_pickle and source_format != "dcp":
         raise InvalidArgumentError(f"allow_pickle applies to source_format='dcp' only;"
                                    f" {source_format!r} checkpoints hold no pickles")
-    from ..save import save  # late: shardkeep's package imports this module
+    from ..saving.save import save  # late: shardkeep's package imports this module
 
     if source_format == "safetensors":
         save(dst, _safetensors_tree(src, options), options=options, step=step)
@@ -71,7 +72,7 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
 
 
 def _save_source(src, dst, source, step: int | None, options: options_lib.Options) -> None:
-    from ..save import save  # late: shardkeep's package imports this module
+    from ..saving.save import save  # late: shardkeep's package imports this module
 
     leaves = source.meta()["leaves"]
     progress = Progress(f"convert {os.fspath(src)}", len(leaves),
@@ -144,6 +145,6 @@ class _ChunkReads:
 
 
 def _safetensors_tree(src, options: options_lib.Options) -> Any:
-    from ..safetensors_load import safetensors_sources  # late: it needs the extension
+    from .safetensors import safetensors_sources  # late: it needs the extension
 
     return safetensors_sources(src, options=options)

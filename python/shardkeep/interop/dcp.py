@@ -35,11 +35,13 @@ from typing import Any, Iterator
 import ml_dtypes
 import numpy as np
 
-from .. import _core, dtypes, load_executor
+from .. import _core
+from ..base import dtypes
+from ..loading import load_executor
 from .. import options as options_lib
 from ..errors import CorruptionError, InvalidArgumentError, NotFoundError
-from ..gc_pause import gc_paused
-from ..load_source import Source, Span, destination
+from ..base.gc_pause import gc_paused
+from ..loading.load_source import Source, Span, destination
 from .optional import require
 from .tree_build import key_path, structure
 

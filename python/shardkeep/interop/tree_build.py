@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..errors import CorruptionError
-from ..tree_codec import escape
+from ..base.tree_codec import escape
 
 # A key of a key tuple: (name, True) is a list position (name is its decimal
 # string), (name, False) a dict key.

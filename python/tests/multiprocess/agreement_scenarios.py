@@ -1,7 +1,7 @@
 """Calls that only some processes of a job make (test_multiprocess.py).
 
 Collective operations are identified by ids the processes agree on
-(shardkeep.distributed.agree): a lone call fails, naming the processes
+(shardkeep.job.distributed.agree): a lone call fails, naming the processes
 that did not join, and the calls the whole job makes afterwards work.
 """
 
@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
-from shardkeep import exchange
+from shardkeep.job import exchange
 from job_arrays import job_array, job_mesh
 
 SHAPE = (8, 4)

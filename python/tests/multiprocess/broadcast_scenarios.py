@@ -21,7 +21,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
-from shardkeep import _core, broadcast_load, shardings
+from shardkeep import _core
+from shardkeep.loading import broadcast_load
+from shardkeep.base import shardings
 from job_arrays import job_array, job_mesh
 
 KEY_IMPL = "threefry2x32"

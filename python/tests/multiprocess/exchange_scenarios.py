@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from shardkeep import exchange
+from shardkeep.job import exchange
 from shardkeep.errors import InvalidArgumentError
 
 

@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
-from shardkeep import distributed
+from shardkeep.job import distributed
 from job_arrays import job_array, job_mesh
 
 PERSISTENT_INTERVAL = 4

@@ -171,7 +171,7 @@ def save_with_dead_peer(path: str, victim: int, timeout_s: float) -> dict:
     """Process ``victim`` SIGKILLs itself when its save reaches the barrier
     "written" (after writing its shards, before arriving); the others must
     fail within ``timeout_s`` and commit nothing."""
-    import shardkeep.distributed as skd
+    import shardkeep.job.distributed as skd
 
     arrive = skd.JaxCoordination.barrier
 
@@ -198,7 +198,7 @@ def python_runs_while_save_waits(path: str, delay_s: float) -> dict:
     """Process 1 arrives ``delay_s`` late at the barrier "written"; meanwhile
     process 0's main thread counts in pure Python. The count shows whether
     the save's background thread holds the GIL while it waits."""
-    import shardkeep.distributed as skd
+    import shardkeep.job.distributed as skd
 
     arrive = skd.JaxCoordination.barrier
 

@@ -63,7 +63,7 @@ def _scenario(name: str):
 
 
 def _finish_without_peers(me: int, survivors: list[int]) -> None:
-    from shardkeep import distributed
+    from shardkeep.job import distributed
 
     bridge = distributed.coordination()
     if me != 0:

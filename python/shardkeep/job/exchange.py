@@ -44,8 +44,9 @@ from typing import Mapping, Sequence
 import jax
 import numpy as np
 
-from . import distributed, host_memory
-from .errors import InvalidArgumentError, ShardkeepError
+from . import distributed
+from ..base import host_memory
+from ..errors import InvalidArgumentError, ShardkeepError
 
 # The most bytes one process sends in one round of one shift.
 _ROUND_BYTES = 64 << 20

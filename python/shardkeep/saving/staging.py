@@ -24,10 +24,11 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _core, dtypes, prng_keys, shardings, tree_codec
-from .array_source import ArraySource
-from .checkpointables import JsonValue
-from .errors import InvalidArgumentError, ShardkeepError
+from .. import _core
+from ..base import dtypes, prng_keys, shardings, tree_codec
+from ..base.array_source import ArraySource
+from ..base.checkpointables import JsonValue
+from ..errors import InvalidArgumentError, ShardkeepError
 
 _INT64 = np.iinfo(np.int64)
 

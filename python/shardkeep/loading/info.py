@@ -10,9 +10,10 @@ from typing import Any
 
 import jax
 
-from . import _core, dtypes, prng_keys, shardings, tree_codec
-from . import options as options_lib
-from .errors import InvalidArgumentError
+from .. import _core
+from ..base import dtypes, prng_keys, shardings, tree_codec
+from .. import options as options_lib
+from ..errors import InvalidArgumentError
 
 
 @dataclasses.dataclass(frozen=True)

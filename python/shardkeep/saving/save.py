@@ -13,12 +13,16 @@ from typing import Any, Callable, Literal, Mapping, overload
 
 import numpy as np
 
-from . import _core, background_saves, checkpointables, distributed, host_memory
-from . import named_parts, staging
-from . import options as options_lib
+from .. import _core
+from . import background_saves
+from ..base import checkpointables, host_memory
+from ..job import distributed
+from ..base import named_parts
+from . import staging
+from .. import options as options_lib
 from . import staging_pool
-from .errors import InvalidArgumentError, TimeoutError
-from .gc_pause import gc_paused
+from ..errors import InvalidArgumentError, TimeoutError
+from ..base.gc_pause import gc_paused
 
 class SaveFuture:
     """The outcome of a save whose background phase may still be running:
@@ -26,7 +30,7 @@ class SaveFuture:
 
     The save does not depend on this object: dropping it lets the save
     finish in the background (a failure is then logged), and interpreter
-    exit waits for it (see ``shardkeep.background_saves``).
+    exit waits for it (see ``shardkeep.saving.background_saves``).
     """
 
     def __init__(self, save: _core.QueuedSave):
@@ -65,7 +69,7 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
 
     A ``Checkpointables`` is saved as its named parts instead; any other
     value, a plain dict included, is the one tree "state" (see
-    ``shardkeep.named_parts``).
+    ``shardkeep.base.named_parts``).
 
     On the CPU backend arrays are written straight from their buffers, so
     they must not be donated from another thread while this runs.
@@ -106,7 +110,7 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     """Saves several checkpointables and returns after the commit.
 
     ``items`` maps checkpointable names to values; each value's kind is
-    chosen by its type (see ``shardkeep.checkpointables``): ``bytes`` are
+    chosen by its type (see ``shardkeep.base.checkpointables``): ``bytes`` are
     saved as kind "bytes", ``JsonValue(obj)`` as kind "json", instances of
     a registered kind's class by that kind, anything else as a pytree.
     Each checkpointable can later be loaded alone.
@@ -247,7 +251,7 @@ def _starter(path: str, parts: list[_core.SavePart], *, step: int | None,
 def _stage_copies(aliased: list[_core.Shard],
                   options: options_lib.Options) -> staging_pool.Lease:
     """Points the shards that alias the caller's memory at copies in one
-    staging buffer (see ``shardkeep.staging_pool``), so that the caller may
+    staging buffer (see ``shardkeep.saving.staging_pool``), so that the caller may
     donate, delete or overwrite its arrays once the blocking phase returns."""
     sources = [_host_array(shard) for shard in aliased]
     lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),

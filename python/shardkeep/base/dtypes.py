@@ -5,7 +5,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 
 def from_name(name: str) -> np.dtype:

@@ -10,7 +10,7 @@ Process p keeps its own slice in ``p<p>`` and a copy of its ring
 predecessor's in ``p<(p-1) % P>``, so losing one process's root loses no
 slice.
 
-Each slice is a committed one-process checkpoint (``shardkeep.local_slices``
+Each slice is a committed one-process checkpoint (``shardkeep.manager.checkpoint_manager.local_slices``
 says how it holds a part of the job's tree), whose commit record's
 custom_metadata says ``{"shardkeep_local": {"process": q, "process_count": P}}``.
 
@@ -22,7 +22,7 @@ predecessor's, then start both one-process saves in the background.
 Restore (collective): each process lists its root and publishes which
 slices of which steps it holds; every process then picks the same step:
 the newest one whose every slice is held by some process.
-``shardkeep.local_restore`` loads it.
+``shardkeep.manager.checkpoint_manager.local_restore`` loads it.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ from typing import Any, Mapping
 
 import jax
 
-from . import _core, distributed, exchange, leftovers, local_restore, local_slices
-from . import options as options_lib
-from . import save as save_lib
-from .errors import InvalidArgumentError, ShardkeepError
+from .. import _core
+from ..job import distributed, exchange
+from . import leftovers, local_restore, local_slices
+from .. import options as options_lib
+from ..saving import save as save_lib
+from ..errors import InvalidArgumentError, ShardkeepError
 from .local_restore import Decision
 
 logger = logging.getLogger("shardkeep")
@@ -237,7 +239,7 @@ class LocalTier:
     def load(self, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
              options: options_lib.Options) -> dict[str, Any]:
         """Loads ``decision.step`` from the slices (collective; see
-        ``shardkeep.local_restore``)."""
+        ``shardkeep.manager.checkpoint_manager.local_restore``)."""
         return local_restore.load(self, decision, targets, partial=partial, options=options)
 
     def _list(self) -> dict[int, dict[int, tuple[str, int]]]:

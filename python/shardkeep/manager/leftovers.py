@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from . import _core
-from . import options as options_lib
-from .errors import InvalidArgumentError, ShardkeepError
+from .. import _core
+from .. import options as options_lib
+from ..errors import InvalidArgumentError, ShardkeepError
 
 logger = logging.getLogger("shardkeep")
 

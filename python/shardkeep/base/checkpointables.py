@@ -19,8 +19,8 @@ import dataclasses
 import json
 from typing import Any, Callable
 
-from . import _core
-from .errors import InvalidArgumentError
+from .. import _core
+from ..errors import InvalidArgumentError
 
 BASE_KINDS = ("pytree", "json", "bytes")
 
@@ -94,7 +94,7 @@ def classify(value: Any) -> Classified:
 
 def value_part(name: str, base: Classified) -> _core.SavePart:
     """The save part of a json or bytes checkpointable (a pytree's is staged:
-    ``shardkeep.staging``)."""
+    ``shardkeep.saving.staging``)."""
     if base.kind not in ("json", "bytes"):
         raise ValueError(f"value_part of a {base.kind} checkpointable")
     meta: dict[str, str] = {"kind": base.kind}

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Mapping
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 
 @dataclasses.dataclass(frozen=True)

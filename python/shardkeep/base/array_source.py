@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from . import dtypes
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 
 @dataclasses.dataclass(frozen=True)

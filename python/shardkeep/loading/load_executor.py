@@ -16,7 +16,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _core, dtypes, host_memory, load_plan, prng_keys
+from .. import _core
+from ..base import dtypes, host_memory, prng_keys
+from . import load_plan
 from .load_plan import Finish, LeafPlan, LoadPlan
 from .load_source import Source
 

@@ -34,7 +34,7 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    generations inside ``<step>``) is removed (primary) before the next save
    starts, so that one failure's partial files (a full disk's) do not make
    every later save fail too.
-5. With a ``local_root``, ``shardkeep.local_tier`` saves each process's
+5. With a ``local_root``, ``shardkeep.manager.checkpoint_manager.local_tier`` saves each process's
    slice (and a copy of its ring predecessor's) to that per-process root
    at its own interval; the worker observes those commits too and applies
    ``local_keep_last`` per slice folder. ``restore`` (collective) picks
@@ -58,13 +58,16 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from . import _core, distributed
-from . import options as options_lib
-from . import leftovers, local_tier, named_parts, retention, staging_pool
-from .errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
-from .load import load
+from .. import _core
+from ..job import distributed
+from .. import options as options_lib
+from . import leftovers, local_tier, retention
+from ..base import named_parts
+from ..saving import staging_pool
+from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
+from ..loading.load import load
 from .preemption import PreemptionWatch
-from .save import SaveFuture, save_checkpointables_async
+from ..saving.save import SaveFuture, save_checkpointables_async
 
 logger = logging.getLogger("shardkeep")
 
@@ -109,19 +112,19 @@ class CheckpointManager:
     preemption notice was agreed. A ``shardkeep.Checkpointables`` is saved
     as its named parts (each loadable alone); anything else, a plain dict
     included, as the one tree "state", as ``shardkeep.save`` does (see
-    ``shardkeep.named_parts``). With ``async_save`` the call returns after
+    ``shardkeep.base.named_parts``). With ``async_save`` the call returns after
     the device-to-host copy and at most one save is in flight.
 
     Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
     ``best_metric`` in ``best_mode``) runs after each commit; see
-    ``shardkeep.retention`` and docs/MANAGER.md.
+    ``shardkeep.manager.checkpoint_manager.retention`` and docs/MANAGER.md.
 
     ``local_root`` (a path per process; ``{process}`` in it is replaced by
     the process index) adds a local tier: every
     ``local_save_interval_steps`` steps each process saves its part of the
     state there and a copy of a peer's, keeping ``local_keep_last`` steps;
     ``restore`` resumes from the newest step either tier can rebuild (see
-    ``shardkeep.local_tier`` and docs/MANAGER.md, "Local tier").
+    ``shardkeep.manager.checkpoint_manager.local_tier`` and docs/MANAGER.md, "Local tier").
 
     The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
     (configured by the environment or ``options.s3``, see

@@ -18,8 +18,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _core, broadcast_load, dtypes, prng_keys, shardings, tree_codec
-from .errors import IncompatibleError, InvalidArgumentError
+from .. import _core
+from . import broadcast_load
+from ..base import dtypes, prng_keys, shardings, tree_codec
+from ..errors import IncompatibleError, InvalidArgumentError
 
 _MAX_LISTED = 20
 

@@ -16,7 +16,7 @@ import json
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 SLICE_PART = "shardkeep-local-slice"
 

@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from . import host_memory
+from ..base import host_memory
 
 _lock = threading.Lock()
 _kept: np.ndarray | None = None

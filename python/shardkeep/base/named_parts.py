@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from .errors import NotFoundError
+from ..errors import NotFoundError
 
 STATE = "state"
 

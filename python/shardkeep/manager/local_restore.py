@@ -31,11 +31,14 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from . import _core, checkpointables, dtypes, exchange, load_executor, load_plan, load_source
-from . import named_parts
+from .. import _core
+from ..base import checkpointables, dtypes
+from ..job import exchange
+from ..loading import load_executor, load_plan, load_source
+from ..base import named_parts
 from . import local_slices
-from . import options as options_lib
-from .errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
+from .. import options as options_lib
+from ..errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
 
 logger = logging.getLogger("shardkeep")
 

@@ -43,8 +43,10 @@ import math
 
 import numpy as np
 
-from . import _core, dtypes, exchange, host_memory, shardings
-from .errors import ShardkeepError
+from .. import _core
+from ..base import dtypes, host_memory, shardings
+from ..job import exchange
+from ..errors import ShardkeepError
 
 # A shared box smaller than this is read whole by one holder: many small
 # boxes balance among the processes well enough without the extra requests

@@ -18,8 +18,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from . import _core, file_mapping
-from .errors import InvalidArgumentError
+from .. import _core
+from . import file_mapping
+from ..errors import InvalidArgumentError
 
 
 class Verify(Protocol):

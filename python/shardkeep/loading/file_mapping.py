@@ -27,8 +27,9 @@ import os
 
 import numpy as np
 
-from . import _core, dtypes, host_memory
-from .errors import CorruptionError
+from .. import _core
+from ..base import dtypes, host_memory
+from ..errors import CorruptionError
 
 # Verifying a cold file is reading it, by page faults (each reads ahead):
 # more threads than cores keep more reads in flight; an madvise(WILLNEED)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import jax
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 _tu = jax.tree_util
 _DICT_TYPES = (dict, collections.OrderedDict, collections.defaultdict)

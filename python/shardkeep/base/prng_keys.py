@@ -16,7 +16,7 @@ import functools
 import jax
 import numpy as np
 
-from .errors import IncompatibleError
+from ..errors import IncompatibleError
 
 DATA_DTYPE = np.dtype(np.uint32)
 

@@ -24,7 +24,7 @@ import logging
 import threading
 from typing import Callable
 
-from . import _core
+from .. import _core
 
 logger = logging.getLogger("shardkeep")
 

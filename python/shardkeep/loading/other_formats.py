@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from . import dcp, orbax
+from ..interop import dcp, orbax
 
 _SAFETENSORS_SUFFIXES = (".safetensors", ".safetensors.index.json")
 

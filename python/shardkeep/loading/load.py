@@ -6,11 +6,13 @@ import json
 import os
 from typing import Any, Mapping
 
-from . import _core, checkpointables, load_executor, named_parts
-from . import options as options_lib
-from .errors import InvalidArgumentError, NotFoundError, ShardkeepError
-from .gc_pause import gc_paused
-from .interop import formats
+from .. import _core
+from ..base import checkpointables, named_parts
+from . import load_executor
+from .. import options as options_lib
+from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError
+from ..base.gc_pause import gc_paused
+from . import other_formats as formats
 from .load_source import CoreSource
 
 
@@ -21,7 +23,7 @@ def load(path, target: Any = None, *, partial: bool = False,
     A ``Checkpointables`` target names the parts to load (each with its
     target; an empty one loads every part) and the result is a
     Checkpointables; any other target, a plain dict included, is the target
-    of "state" (see ``shardkeep.named_parts``). On a checkpoint of named
+    of "state" (see ``shardkeep.base.named_parts``). On a checkpoint of named
     parts without "state", the NotFoundError says how to load them.
 
     ``target`` says what to build, leaf by leaf, matched to saved leaves by

@@ -18,12 +18,14 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from . import _core, dtypes, load_executor, tree_codec
-from . import options as options_lib
-from .array_source import ArraySource
-from .errors import IncompatibleError, InvalidArgumentError
-from .gc_pause import gc_paused
-from .load_source import CoreSource
+from .. import _core
+from ..base import dtypes, tree_codec
+from ..loading import load_executor
+from .. import options as options_lib
+from ..base.array_source import ArraySource
+from ..errors import IncompatibleError, InvalidArgumentError
+from ..base.gc_pause import gc_paused
+from ..loading.load_source import CoreSource
 
 # The core's name for the one checkpointable of a safetensors source.
 _TENSORS = "tensors"

@@ -62,8 +62,8 @@ from typing import Any, Callable
 
 import jax
 
-from . import _core
-from .errors import AlreadyExistsError, ShardkeepError, TimeoutError
+from .. import _core
+from ..errors import AlreadyExistsError, ShardkeepError, TimeoutError
 
 # The client methods shardkeep needs (JAX 0.4.3x to 0.10 have them all);
 # key_value_delete is used when present.
