@@ -184,7 +184,7 @@ def test_a_box_is_cut_only_where_no_stored_chunk_straddles_two_pieces(
 
 
 def test_overlap_of_pieces_ranges():
-    overlap = broadcast_load._overlap
+    overlap = broadcast_load.pieces_overlap
     assert not overlap([[("f", 0, 10)], [("f", 10, 5)], [("g", 0, 10)]])
     assert overlap([[("f", 0, 10)], [("f", 9, 5)]])
     # One piece's long range covers another's, past a range of its own.

@@ -218,10 +218,10 @@ def test_missing_runtime_client_is_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(global_state, "client", None)
     with pytest.raises(sk.ShardkeepError, match="jax.distributed.initialize"):
-        distributed._client()
+        distributed.coordination()
     monkeypatch.setattr(global_state, "client", object())
     with pytest.raises(sk.ShardkeepError, match="lacks .*wait_at_barrier"):
-        distributed._client()
+        distributed.coordination()
 
 
 def test_a_save_failing_on_one_process_keeps_later_saves_in_step(tmp_path):

@@ -42,6 +42,7 @@ from .. import options as options_lib
 from ..errors import CorruptionError, InvalidArgumentError, NotFoundError
 from ..base.gc_pause import gc_paused
 from ..loading.load_source import Source, Span, destination
+from ..loading.other_formats import DCP_METADATA_FILE
 from .optional import require
 from .tree_build import key_path, structure
 
@@ -65,7 +66,6 @@ _NATIVE = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32
 _INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 _SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
 _MAX_READ_THREADS = 8
-METADATA_FILE = ".metadata"
 
 
 def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
@@ -149,7 +149,7 @@ class DcpSource(Source):
         return self._read_whole(number)
 
     def _read_metadata(self):
-        file = os.path.join(self.directory, METADATA_FILE)
+        file = os.path.join(self.directory, DCP_METADATA_FILE)
         if not os.path.isfile(file):
             raise NotFoundError(f"no DCP checkpoint at {self.directory}: .metadata is missing")
         try:

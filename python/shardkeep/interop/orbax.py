@@ -47,13 +47,12 @@ from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
 from ..base.gc_pause import gc_paused
 from ..loading.load_source import Source, Span, destination
+from ..loading.other_formats import ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER
 from .optional import require
 from .tree_build import EMPTY_DICT, EMPTY_LIST, key_path, structure
 
-_ITEM_MARKER = "_METADATA"
 _STRINGS_FILE = "_strings.json"
 _ARRAY_METADATAS = "array_metadatas"
-_STEP_MARKER = "_CHECKPOINT_METADATA"
 _STEP_FOLDER = re.compile(r"(?:.+_)?(\d+)")
 _KEY_IMPL = "random_key_impl"
 _UNCOMMITTED = ".orbax-checkpoint-tmp"
@@ -105,7 +104,7 @@ class OrbaxSource(Source):
         self.where = f"Orbax checkpoint {self.directory}"
         self._ts = ts
         self._allow_lossy = options.allow_lossy_cast
-        metadata = _read_json(self.directory, _ITEM_MARKER)
+        metadata = _read_json(self.directory, ORBAX_ITEM_MARKER)
         entries = _tree_entries(self.directory, metadata)
         strings = (_read_json(self.directory, _STRINGS_FILE)
                    if any(e["value_type"] == "string" for e in entries) else {})
@@ -133,7 +132,7 @@ class OrbaxSource(Source):
         None for an item saved elsewhere."""
         folder = os.path.dirname(self.directory)
         match = _STEP_FOLDER.fullmatch(os.path.basename(folder))
-        if match is None or not os.path.isfile(os.path.join(folder, _STEP_MARKER)):
+        if match is None or not os.path.isfile(os.path.join(folder, ORBAX_STEP_MARKER)):
             return None
         return int(match.group(1))
 
@@ -246,12 +245,12 @@ def find_item_folder(path: str) -> str:
     if _UNCOMMITTED in os.path.basename(path.rstrip(os.sep)):
         raise NotFoundError(f"{path} is an Orbax save that never committed (its folder name"
                             f" has {_UNCOMMITTED!r})")
-    if os.path.isfile(os.path.join(path, _ITEM_MARKER)):
+    if os.path.isfile(os.path.join(path, ORBAX_ITEM_MARKER)):
         return path
     if not os.path.isdir(path):
         raise NotFoundError(f"no Orbax checkpoint at {path}: no such folder")
     children = sorted(os.listdir(path))
-    items = [c for c in children if os.path.isfile(os.path.join(path, c, _ITEM_MARKER))]
+    items = [c for c in children if os.path.isfile(os.path.join(path, c, ORBAX_ITEM_MARKER))]
     if len(items) == 1:
         return os.path.join(path, items[0])
     if items:
@@ -264,16 +263,7 @@ def find_item_folder(path: str) -> str:
             f"{path} looks like a CheckpointManager directory; pass one step's folder, e.g."
             f" {os.path.join(path, steps[-1])} (steps: {', '.join(steps)})")
     raise NotFoundError(f"no Orbax checkpoint at {path}: neither it nor a subfolder has"
-                        f" {_ITEM_MARKER}")
-
-
-def holds_item(folder: str, names: list[str]) -> bool:
-    """Whether ``folder`` (whose entries are ``names``) is an Orbax item, a
-    step folder of one, or a CheckpointManager directory."""
-    if _ITEM_MARKER in names or _STEP_MARKER in names:
-        return True
-    return any(os.path.isfile(os.path.join(folder, name, marker))
-               for name in names for marker in (_ITEM_MARKER, _STEP_MARKER))
+                        f" {ORBAX_ITEM_MARKER}")
 
 
 def _read_json(directory: str, name: str) -> Any:
@@ -289,7 +279,7 @@ def _read_json(directory: str, name: str) -> Any:
 
 def _tree_entries(directory: str, meta: Any) -> list[dict]:
     """(keys, param name, value type) of each leaf in ``_METADATA``."""
-    where = f"Orbax checkpoint {directory}: {_ITEM_MARKER}"
+    where = f"Orbax checkpoint {directory}: {ORBAX_ITEM_MARKER}"
     tree = meta.get("tree_metadata") if isinstance(meta, dict) else None
     if not isinstance(tree, dict):
         raise CorruptionError(f"{where} has no tree_metadata object (not written by"

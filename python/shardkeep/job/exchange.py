@@ -15,7 +15,7 @@ How it works:
    carries anything, process p sends what it has for p+d (mod n) and
    receives from p-d. A shift moves the same number of bytes on every
    process, the most any of them sends, cut into rounds of at most
-   ``_ROUND_BYTES`` (the last one padded to a power of two, so that a few
+   ``ROUND_BYTES`` (the last one padded to a power of two, so that a few
    compiled functions serve every size) to bound the memory a round holds. An
    all-to-all written as n-1 permutations moves each byte once, directly
    from its sender to its receiver; shifts with nothing to send are skipped,
@@ -49,9 +49,9 @@ from ..base import host_memory
 from ..errors import InvalidArgumentError, ShardkeepError
 
 # The most bytes one process sends in one round of one shift.
-_ROUND_BYTES = 64 << 20
+ROUND_BYTES = 64 << 20
 # The least a round is padded to: tiny exchanges share one compiled function.
-_MIN_ROUND_BYTES = 64 << 10
+MIN_ROUND_BYTES = 64 << 10
 _DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -164,8 +164,8 @@ def _permute_stream(buffers: list[np.ndarray], destinations: list[np.ndarray], w
 
 
 def _round_size(widest: int) -> int:
-    size = _MIN_ROUND_BYTES
-    while size < min(widest, _ROUND_BYTES):
+    size = MIN_ROUND_BYTES
+    while size < min(widest, ROUND_BYTES):
         size *= 2
     return size
 

@@ -157,7 +157,7 @@ class Plan:
         fetched = iter(source.ranges(requests) if requests else [])
         parts = []
         for counts in tries:
-            fits = [n for n in counts if not _overlap([next(fetched) for _ in range(n)])]
+            fits = [n for n in counts if not pieces_overlap([next(fetched) for _ in range(n)])]
             parts.append(fits[0] if fits else 1)
         cut = [[_Piece(box, rows) for rows in box.cut(n)] for box, n in zip(self._boxes, parts)]
         self._pieces = [piece for pieces in cut for piece in pieces]
@@ -277,7 +277,7 @@ def _cuts_to_try(box: _Box) -> list[int]:
     return counts
 
 
-def _overlap(pieces_ranges: list[list[tuple]]) -> bool:
+def pieces_overlap(pieces_ranges: list[list[tuple]]) -> bool:
     """Whether any stored byte would be fetched for two of the pieces
     (each piece: its (file, start, stop) spans)."""
     spans = sorted(span for ranges in pieces_ranges for span in _merged(ranges))

@@ -2,14 +2,14 @@
 
 One place knows what marks an Orbax, DCP or safetensors checkpoint on
 disk, so that a shardkeep function given one can name the function that
-reads it instead of failing on a missing ``_SHARDKEEP``.
+reads it instead of failing on a missing ``_SHARDKEEP``; the readers in
+``shardkeep.interop`` take the markers from here.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..interop import dcp, orbax
 
 _SAFETENSORS_SUFFIXES = (".safetensors", ".safetensors.index.json")
 
@@ -34,9 +34,9 @@ def identify(path: str) -> str | None:
     if not os.path.isdir(local):
         return None
     names = os.listdir(local)
-    if orbax.holds_item(local, names):
+    if holds_orbax_item(local, names):
         return "orbax"
-    if dcp.METADATA_FILE in names:
+    if DCP_METADATA_FILE in names:
         return "dcp"
     if any(name.endswith(_SAFETENSORS_SUFFIXES) for name in names):
         return "safetensors"
@@ -51,3 +51,13 @@ def reader_hint(path: str) -> str | None:
     return (f"{path} is {_NAMES[fmt]}, not a shardkeep checkpoint: read it with"
             f" {_READERS[fmt]}, or convert it with shardkeep.convert(path, dst,"
             f" source_format={fmt!r})")
+
+
+def holds_orbax_item(folder: str, names: list[str]) -> bool:
+    """Whether ``folder`` (whose entries are ``names``) is an Orbax item, a
+    step folder of one, or a CheckpointManager directory."""
+    markers = (ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER)
+    if any(marker in names for marker in markers):
+        return True
+    return any(os.path.isfile(os.path.join(folder, name, marker))
+               for name in names for marker in markers)

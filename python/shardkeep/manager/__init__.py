@@ -1,0 +1,2 @@
+"""The checkpoint manager and its tiers: retention, preemption, leftovers
+and the local tier with its peer copies. Built on saving and loading."""

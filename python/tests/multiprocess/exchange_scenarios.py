@@ -31,7 +31,7 @@ def patterns() -> dict:
     """A ring, an all-to-all of mixed sizes over several rounds, self-sends,
     an empty call, bit patterns of floats, and a bad destination."""
     count, me = jax.process_count(), jax.process_index()
-    exchange._ROUND_BYTES = exchange._MIN_ROUND_BYTES  # several rounds per shift
+    exchange.ROUND_BYTES = exchange.MIN_ROUND_BYTES  # several rounds per shift
 
     # A ring: each process sends its successor one buffer.
     succ, pred = (me + 1) % count, (me - 1) % count

@@ -1,0 +1,97 @@
+"""The Python front's shape: folders by role whose imports point one way,
+no module reaching into another's private names, and a public API that is
+``shardkeep.__all__`` and nothing else."""
+
+import ast
+import inspect
+import pathlib
+
+import shardkeep
+
+PACKAGE = pathlib.Path(shardkeep.__file__).parent
+TESTS = pathlib.Path(__file__).parent
+
+# Each part of the package may import only parts of a lower rank (and
+# itself). Saving and loading share a rank: neither imports the other.
+RANK = {
+    "_core": 0, "errors": 0, "s3_settings": 1, "options": 2,
+    "base": 3, "job": 4, "saving": 5, "loading": 5,
+    "manager": 6, "interop": 6, "__init__": 7,
+}
+ROLES = ("base", "job", "saving", "loading", "manager", "interop")
+
+
+def _sources(folder: pathlib.Path):
+    return sorted(p for p in folder.rglob("*.py") if ".venv" not in p.parts)
+
+
+def _part_of(path: pathlib.Path) -> str:
+    """The top-level part of the package a file belongs to."""
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def _imported_parts(path: pathlib.Path):
+    """(part, names) for each relative import in a package file."""
+    folder = path.relative_to(PACKAGE).parent.parts
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = folder[:len(folder) - (node.level - 1)]
+            target = base + tuple(node.module.split(".") if node.module else ())
+            if target:
+                yield target[0], [a.name for a in node.names]
+            else:
+                for alias in node.names:
+                    yield alias.name, [alias.name]
+
+
+def test_every_module_is_in_a_ranked_part():
+    parts = {_part_of(p) for p in _sources(PACKAGE)}
+    assert parts <= set(RANK), f"unranked parts: {parts - set(RANK)}"
+    assert set(ROLES) <= parts
+
+
+def test_imports_point_one_way():
+    upward = []
+    for path in _sources(PACKAGE):
+        me = _part_of(path)
+        for part, names in _imported_parts(path):
+            if part != me and RANK[part] >= RANK[me]:
+                upward.append(f"{path.relative_to(PACKAGE)} imports {part} {names}")
+    assert upward == []
+
+
+def _private_reaches(path: pathlib.Path):
+    """Private names a file takes from other shardkeep modules: imported by
+    name, or read as an attribute of an imported shardkeep module."""
+    tree = ast.parse(path.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("shardkeep")):
+            for alias in node.names:
+                if alias.name.startswith("_") and alias.name != "_core":
+                    yield f"imports {alias.name}"
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("shardkeep"):
+                    modules.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in modules):
+            yield f"reads {node.value.id}.{node.attr}"
+
+
+def test_no_file_reaches_into_another_modules_private_names():
+    reaches = [f"{path.name}: {what}" for folder in (PACKAGE, TESTS)
+               for path in _sources(folder) for what in _private_reaches(path)]
+    assert reaches == []
+
+
+def test_the_public_api_is_all_and_nothing_else():
+    public = {name for name in dir(shardkeep) if not name.startswith("_")}
+    # Importing the package binds its submodules as attributes too; they
+    # are its internals, not its API.
+    modules = {name for name in public if inspect.ismodule(getattr(shardkeep, name))}
+    assert modules <= set(ROLES) | {"errors", "options", "s3_settings"}
+    assert public - modules == set(shardkeep.__all__)
