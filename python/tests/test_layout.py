@@ -22,7 +22,7 @@ ROLES = ("base", "job", "saving", "loading", "manager", "interop")
 
 
 def _sources(folder: pathlib.Path):
-    return sorted(p for p in folder.rglob("*.py") if ".venv" not in p.parts)
+    return sorted(folder.rglob("*.py"))
 
 
 def _part_of(path: pathlib.Path) -> str:

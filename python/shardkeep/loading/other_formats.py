@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import os
 
-
+# An Orbax item holds _METADATA (its tree); a step folder written by
+# Orbax's CheckpointManager holds _CHECKPOINT_METADATA.
+ORBAX_ITEM_MARKER = "_METADATA"
+ORBAX_STEP_MARKER = "_CHECKPOINT_METADATA"
+DCP_METADATA_FILE = ".metadata"
 _SAFETENSORS_SUFFIXES = (".safetensors", ".safetensors.index.json")
 
 # The call that reads each format, as the hint names it.

@@ -39,6 +39,11 @@ _plans: dict[tuple, "_Plan"] = {}
 _VALUE_TYPES = (bool, int, float, str)
 
 
+def kept_plans() -> int:
+    """How many trees' plans are kept for the saves to come."""
+    return len(_plans)
+
+
 @dataclasses.dataclass(frozen=True)
 class StagedTree:
     """A pytree ready to save: its meta.json text and the shards this
