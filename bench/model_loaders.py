@@ -31,11 +31,11 @@ import jax
 import safetensors_files
 import workloads
 
-TOOLS = ("shardkeep", "safetensors", "orbax", "orbax-tuned")
+TOOLS = ("shardkeep", "shardkeep-baseline", "safetensors", "orbax", "orbax-tuned")
 
 
 def make(name: str):
-    if name == "shardkeep":
+    if name.startswith("shardkeep"):  # this build or the baseline's (suite.py --baseline)
         return Shardkeep()
     if name == "safetensors":
         return SafetensorsLibrary()

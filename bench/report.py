@@ -12,6 +12,7 @@ import sys
 import report_w5
 import report_w6
 import report_w7
+from baseline import TOOL as BASELINE  # suite.py --baseline
 
 MIB = 1 << 20
 PEERS = ("orbax", "dcp")
@@ -215,6 +216,27 @@ def _workload_table(results, workload) -> list[str]:
     return lines
 
 
+def _baseline_section(results) -> list[str]:
+    """This build against an earlier one measured in the same run
+    (suite.py --baseline): every op both have, as a ratio."""
+    commit = results["config"].get("baseline")
+    if not commit:
+        return []
+    lines = ["", f"## Against the baseline {commit}", "",
+             f"The same run measured shardkeep at {commit} as `{BASELINE}`; "
+             "`shardkeep ÷ baseline` < 1 means this build is faster.", "",
+             f"| workload | op | {BASELINE} | shardkeep | shardkeep ÷ baseline |",
+             "|---|---|---|---|---|"]
+    for workload, ops in sorted(results["summary"].items()):
+        for op, per_tool in ops.items():
+            before, now = per_tool.get(BASELINE), per_tool.get("shardkeep")
+            if not (before and now and before.get("median") and now.get("median")):
+                continue
+            lines.append(f"| {workload} | {op} | {_cell(before)} | {_cell(now)} | "
+                         f"{now['median'] / before['median']:.2f}× |")
+    return lines
+
+
 def _rss_table(results) -> list[str]:
     tools = results["config"]["tools"]
     lines = ["| workload / op | " + " | ".join(tools) + " |", "|---" * (1 + len(tools)) + "|"]
@@ -277,6 +299,7 @@ def render(results) -> str:
     for v in results["verdicts"]:
         note = f" ({v['note']})" if v["note"] else ""
         out.append(f"| {v['target']} | {v['measured']}{note} | {mark[v['met']]} |")
+    out += _baseline_section(results)
     titles = {"W1": "W1: training state on disk", "W2": "W2: 2,000 small leaves",
               "W3": "W3: training state on tmpfs", "W4": "W4: 2 processes × 4 devices"}
     for workload in ("W1", "W2", "W3", "W4"):

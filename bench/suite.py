@@ -30,6 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import baseline  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
 import s3_objects  # noqa: E402
@@ -39,10 +40,10 @@ import workloads  # noqa: E402
 
 DEFAULT_TOOLS = ["shardkeep", "orbax", "orbax-tuned", "dcp", "dcp-tuned", "safetensors"]
 ALL_TOOLS = ["shardkeep", "shardkeep-zstd", "orbax", "orbax-nocompress", "orbax-tuned",
-             "dcp", "dcp-tuned", "safetensors"]
+             "dcp", "dcp-tuned", "safetensors", baseline.TOOL]
 # W7 (safetensors model) is loaded by these tools (model_loaders.py); the
 # `safetensors` library is a peer in W7 only.
-W7_TOOLS = ("shardkeep", "safetensors", "orbax", "orbax-tuned")
+W7_TOOLS = ("shardkeep", baseline.TOOL, "safetensors", "orbax", "orbax-tuned")
 W7_OPS = ["load_cold", "load_warm", "reshard_cold", "reshard_warm"]
 JAX_OPS = {
     "W1": ["save", "async_save", "load_cold", "load_warm", "reshard_cold", "reshard_warm",
@@ -211,6 +212,9 @@ def main(argv=None) -> int:
                              "the checkpoint's own files are evicted with POSIX_FADV_DONTNEED")
     parser.add_argument("--no-w4", dest="w4_reason", default=None,
                         help="skip W4 and record this reason")
+    parser.add_argument("--baseline", metavar="COMMIT",
+                        help=f"also measure this commit's build, as the tool {baseline.TOOL} "
+                             "(built once into bench/.work/baseline-COMMIT)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out-dir", default=HERE)
     args = parser.parse_args(argv)
@@ -219,6 +223,18 @@ def main(argv=None) -> int:
     unknown = set(tools) - set(ALL_TOOLS)
     if unknown:
         parser.error(f"unknown tools: {sorted(unknown)}")
+    args.baseline_folder = None
+    if args.baseline:
+        try:
+            args.baseline = baseline.short_commit(args.baseline)
+        except ValueError as e:
+            parser.error(str(e))
+        args.baseline_folder = baseline.build(args.baseline)
+        if baseline.TOOL not in tools:
+            tools.insert(tools.index("shardkeep") + 1 if "shardkeep" in tools else 0,
+                         baseline.TOOL)
+    elif baseline.TOOL in tools:
+        parser.error(f"{baseline.TOOL} needs --baseline COMMIT")
     wanted = [w for w in args.workloads.split(",") if w]
     not_run = {}
     if "W4" in wanted and args.w4_reason:
@@ -286,8 +302,11 @@ def run_reps(args, tools, wanted, envs, server, measurements) -> None:
             for tool in lineup[shift:] + lineup[:shift]:
                 if workload == "W4" and tool.startswith(("floor",)):
                     continue
+                env = envs.get(workload)
+                if tool == baseline.TOOL:
+                    env = baseline.environment(args.baseline_folder, env)
                 for op in ops_for(tool, workload):
-                    record = run_one(tool, workload, op, args, sys.stdout, envs.get(workload))
+                    record = run_one(tool, workload, op, args, sys.stdout, env)
                     record["rep"] = rep
                     measurements.append(record)
                 if workload == "W5":
@@ -320,6 +339,7 @@ def finish(args, started, tools, wanted, not_run, tool_versions, measurements,
         "versions": tool_versions,
         "config": {"scale": args.scale, "reps": args.reps, "tools": tools,
                    "workloads": wanted, "drop_caches": args.drop_caches,
+                   "baseline": args.baseline,
                    "cores": os.cpu_count(),
                    "state_bytes": {w: workloads.state_bytes(w, args.scale)
                                    for w in ("W1", "W2", "W7")}},

@@ -26,7 +26,8 @@ import os
 import s3_objects
 import workloads
 
-JAX_TOOLS = ("shardkeep", "shardkeep-zstd", "orbax", "orbax-nocompress", "orbax-tuned")
+JAX_TOOLS = ("shardkeep", "shardkeep-zstd", "shardkeep-baseline", "orbax", "orbax-nocompress",
+             "orbax-tuned")
 TORCH_TOOLS = ("dcp", "dcp-tuned")
 PEER_OF = {"orbax": "orbax", "orbax-nocompress": "orbax", "orbax-tuned": "orbax",
            "dcp": "dcp", "dcp-tuned": "dcp"}
