@@ -9,7 +9,7 @@ namespace shardkeep::cli {
 // Documented in docs/CLI.md.
 enum ExitCode : int {
   kOk = 0,
-  kProblemsFound = 1,  // verify found damage; rm/gc refused something
+  kProblemsFound = 1,  // verify found damage; rm/gc refused something; diff: they differ
   kUsage = 2,          // bad arguments
   kFailed = 3,         // the operation failed (the message names what)
 };
@@ -22,5 +22,6 @@ void AddVerifyCommand(CLI::App& app, int& exit_code);
 void AddCpCommand(CLI::App& app, int& exit_code);
 void AddExportCommand(CLI::App& app, int& exit_code);
 void AddConvertCommand(CLI::App& app, int& exit_code);
+void AddDiffCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardkeep::cli

@@ -6,7 +6,7 @@
 #include "command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardkeep: inspect, verify, copy, export and clean up checkpoints"};
+  CLI::App app{"shardkeep: inspect, verify, compare, copy, export and clean up checkpoints"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardkeep 0.1.0");
   int exit_code = shardkeep::cli::kOk;
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   shardkeep::cli::AddGcCommand(app, exit_code);
   shardkeep::cli::AddExportCommand(app, exit_code);
   shardkeep::cli::AddConvertCommand(app, exit_code);
+  shardkeep::cli::AddDiffCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

@@ -210,11 +210,23 @@ struct PySavePart {
 nb::object ShardDataOrTypeError(nb::handle data) {
   InputBytes bytes;
   // No conversion: the save reads the array itself, not a converted copy.
-  if (!PyCallable_Check(data.ptr()) && !nb::try_cast<InputBytes>(data, bytes, false)) {
-    RaiseFieldTypeError("Shard.data must be a 1-d uint8 array or a callable fill(origin, shape)",
-                        data);
+  if (!PyCallable_Check(data.ptr()) && !nb::isinstance<StoredIn>(data) &&
+      !nb::try_cast<InputBytes>(data, bytes, false)) {
+    RaiseFieldTypeError(
+        "Shard.data must be a 1-d uint8 array, a callable fill(origin, shape) or a StoredIn",
+        data);
   }
   return nb::borrow(data);
+}
+
+// "s3://bucket" of "s3://bucket/a/b"; "" for a path of the file system
+// ("/a/b", "a/b", "file:///a/b"): what a save and the checkpoint its
+// StoredIn names must share, as linking and reading go through the save's
+// storage.
+std::string StorageOf(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos || url.compare(0, scheme, "file") == 0) return "";
+  return url.substr(0, url.find('/', scheme + 3));
 }
 
 nb::object ReadBufferOrTypeError(nb::handle buffer) {
@@ -440,7 +452,22 @@ ShardData SourceShard(const PyShard& shard, const std::string& part) {
   return data;
 }
 
-CheckpointablePayload ParsePart(const PySavePart& part, nb::list& borrowed) {
+// A shard whose bytes are stored in an earlier checkpoint of the save's
+// storage (ShardData::stored_in).
+ShardData StoredShard(const PyShard& shard, const std::string& url, const Options& options) {
+  StoredIn stored = nb::cast<StoredIn>(shard.data);
+  if (StorageOf(stored.checkpoint) != StorageOf(url)) {
+    Raise(InvalidArgumentError("the save to " + url + " cannot reuse the arrays of " +
+                               stored.checkpoint + ": it is in another storage"));
+  }
+  stored.checkpoint = Locate(stored.checkpoint, options).path;
+  ShardData data{shard.leaf, shard.dtype, shard.ToBox(), nullptr};
+  data.stored_in = std::move(stored);
+  return data;
+}
+
+CheckpointablePayload ParsePart(const PySavePart& part, const std::string& url,
+                                const Options& options, nb::list& borrowed) {
   CheckpointablePayload payload;
   payload.name = part.name;
   payload.kind = part.kind;
@@ -451,6 +478,10 @@ CheckpointablePayload ParsePart(const PySavePart& part, nb::list& borrowed) {
     const PyShard& shard = nb::cast<const PyShard&>(item);
     if (PyCallable_Check(shard.data.ptr())) {
       payload.shards.push_back(SourceShard(shard, payload.name));
+      continue;
+    }
+    if (nb::isinstance<StoredIn>(shard.data)) {
+      payload.shards.push_back(StoredShard(shard, url, options));
       continue;
     }
     InputBytes bytes = nb::cast<InputBytes>(shard.data, /*convert=*/false);
@@ -480,7 +511,7 @@ PyStartedSave* StartSavePy(const std::string& url,
   nb::list borrowed;
   for (const PySavePart* part : parts) {
     if (!part) Raise(InvalidArgumentError("a part is None, not a SavePart"));
-    request.parts.push_back(ParsePart(*part, borrowed));
+    request.parts.push_back(ParsePart(*part, url, options, borrowed));
   }
   std::shared_ptr<Coordinator> group =
       coordinator ? coordinator->coordinator : NewSingleProcessCoordinator();
@@ -1000,7 +1031,11 @@ void BindSaveQueue(nb::module_& m) {
       .def_prop_ro("path", [](PyQueuedSave& self) { return self.save->path(); })
       .def_prop_ro("timeout_s", [](PyQueuedSave& self) { return self.save->timeout_s(); })
       .def_prop_ro("interrupted", [](PyQueuedSave& self) { return self.save->interrupted(); },
-                   "True once a wait for it was interrupted (or cancel() called).");
+                   "True once a wait for it was interrupted (or cancel() called).")
+      .def_prop_ro("committed_created_ns",
+                   [](PyQueuedSave& self) { return self.save->CommittedCreatedNs(); },
+                   "The created_ns of the checkpoint it committed, once it has; None"
+                   " before, or if it failed.");
 
   nb::class_<PySaveQueue>(m, "SaveQueue")
       .def(nb::new_(&PySaveQueue::Make), "log_failure"_a, "background_nice"_a = 0)
@@ -1076,9 +1111,26 @@ NB_MODULE(_core, m) {
   BindSaveQueue(m);
 
   // The arguments of start_save and Reader.read, built by the Python front.
+  nb::class_<StoredIn>(m, "StoredIn",
+                       "Where an unchanged array's bytes already are: leaf leaf_path of"
+                       " checkpointable in the checkpoint at checkpoint (a path or URL in"
+                       " the save's storage), committed by the save whose commit record"
+                       " says created_ns. As a Shard's data, the save takes its chunks"
+                       " from there.")
+      .def(nb::init<std::string, std::string, std::string, int64_t>(), "checkpoint"_a,
+           "checkpointable"_a, "leaf_path"_a, "created_ns"_a)
+      .def_ro("checkpoint", &StoredIn::checkpoint)
+      .def_ro("checkpointable", &StoredIn::checkpointable)
+      .def_ro("leaf_path", &StoredIn::leaf_path)
+      .def_ro("created_ns", &StoredIn::created_ns)
+      .def("__repr__", [](const StoredIn& self) {
+        return "StoredIn(" + self.checkpoint + ", " + self.checkpointable + ", " +
+               self.leaf_path + ")";
+      });
   constexpr const char* kShardData =
       "numpy.typing.NDArray[numpy.uint8] | "
-      "collections.abc.Callable[[list[int], list[int]], numpy.typing.NDArray[numpy.uint8]]";
+      "collections.abc.Callable[[list[int], list[int]], numpy.typing.NDArray[numpy.uint8]] | "
+      "StoredIn";
   static const std::string shard_init =  // nb::sig keeps the pointer
       std::string("def __init__(self, leaf: int, dtype: str, origin: "
                   "collections.abc.Sequence[int], shape: collections.abc.Sequence[int], data: ") +

@@ -419,3 +419,38 @@ def test_convert_records_the_step_given(tmp_path):
     assert sk.metadata(root / "000000042").step == 42
     [entry] = run_json("ls", root)["entries"]
     assert entry["step"] == 42, entry
+
+
+def test_diff_reports_each_leaf_and_reads_only_what_changed(tmp_path):
+    mesh = make_mesh((8,), ("x",))
+    frozen = jax.device_put(jnp.arange(512 * 1024, dtype=jnp.float32).reshape(512, 1024),
+                            NamedSharding(mesh, P("x", None)))
+    adapter = jax.device_put(jnp.ones((64, 8), jnp.bfloat16), NamedSharding(mesh, P("x", None)))
+    a, b, c = (tmp_path / n for n in "abc")
+    sk.save(a, {"frozen": frozen, "adapter": adapter, "step": 1})
+    changed = adapter.at[3, 2].set(1.5)
+    sk.save(b, {"frozen": frozen, "adapter": changed, "step": 2}, base=a)
+    sk.save(c, {"frozen": frozen.astype(jnp.bfloat16), "extra": np.zeros(3)})
+
+    same = run_json("diff", a, a)
+    assert same["identical"] and same["bytes_read"] == 0
+    assert {leaf["change"] for leaf in same["leaves"]} == {"identical"}
+    run("diff", a, a)  # exit 0
+
+    report = run("diff", a, b, "--json", expect=PROBLEMS)
+    leaves = {leaf["leaf"]: leaf for leaf in json.loads(report.stdout)["leaves"]}
+    assert leaves["frozen"]["change"] == "identical" and leaves["frozen"]["bytes_read"] == 0
+    assert leaves["adapter"]["change"] == "differs"
+    assert leaves["adapter"]["differing_elements"] == 1
+    assert leaves["adapter"]["max_abs_diff"] == 0.5
+    assert leaves["adapter"]["max_rel_diff"] == pytest.approx(0.5 / 1.5)
+    assert leaves["step"]["change"] == "differs"
+    # Only the adapter's chunk holding the change was read, from both sides.
+    assert json.loads(report.stdout)["bytes_read"] < frozen.nbytes / 8
+
+    text = run("diff", a, c, expect=PROBLEMS).stdout
+    assert "state/frozen: changed: float32[512,1024] -> bfloat16[512,1024]" in text
+    assert "state/adapter: only in A (bfloat16[64,8])" in text
+    assert "state/extra: only in B (float64[3])" in text
+    assert text.strip().endswith("bytes read")
+    assert "nowhere" in run("diff", a, tmp_path / "nowhere", expect=FAILED).stderr

@@ -483,3 +483,21 @@ def test_the_core_tells_local_paths_from_urls(tmp_path):
     with pytest.raises(sk.InvalidArgumentError, match="local_root must be a path"):
         sk.CheckpointManager(tmp_path / "p", local_root="memory://local{process}",
                              local_save_interval_steps=1)
+
+
+def test_unchanged_arrays_are_linked_by_every_process_of_a_job(tmp_path):
+    """4 processes: each links its own shards of the frozen array from the
+    previous step; retention deletes steps others link; the last step loads
+    exactly onto another sharding."""
+    multiprocess = pathlib.Path(__file__).with_name("multiprocess")
+    sys.path.insert(0, str(multiprocess))
+    import harness
+
+    results = harness.run_job(4, 2, "manager_scenarios:unchanged_job",
+                              {"root": str(tmp_path / "run")}, timeout=180)
+    for result in results:
+        assert result["steps"] == [3, 4]
+        assert result["exact"]
+    linked = results[0]["linked"]
+    assert sorted(int(step) for step in linked) == [2, 3, 4]
+    assert all(size >= results[0]["frozen_bytes"] for size in linked.values())

@@ -65,7 +65,7 @@ def test_a_save_part_refuses_a_field_of_the_wrong_type_naming_it():
     part = _core.SavePart("p", "json", "{}")
     with pytest.raises(TypeError, match=r"SavePart\.name must be a str, got NoneType"):
         part.name = None
-    with pytest.raises(TypeError, match=r"Shard\.data must be a 1-d uint8 array or a callable"):
+    with pytest.raises(TypeError, match=r"Shard\.data must be a 1-d uint8 array, a callable fill\(origin, shape\) or a StoredIn"):
         _core.Shard(0, "float32", [0], [4], None)
     with pytest.raises(TypeError, match=r"SavePart\.shards must be a list of Shard"):
         part.shards = ()
@@ -77,7 +77,7 @@ def test_a_shard_and_a_read_request_refuse_fields_of_the_wrong_type():
         _core.Shard("0", "float32", [0], [4], data)
     with pytest.raises(TypeError, match=r"Shard\.origin must be a sequence of ints"):
         _core.Shard(0, "float32", 0, [4], data)
-    with pytest.raises(TypeError, match=r"Shard\.data must be a 1-d uint8 array or a callable"):
+    with pytest.raises(TypeError, match=r"Shard\.data must be a 1-d uint8 array, a callable fill\(origin, shape\) or a StoredIn"):
         _core.Shard(0, "float32", [0], [4], data.view(np.float32))
     with pytest.raises(sk.InvalidArgumentError, match="float33"):
         _core.Shard(0, "float33", [0], [4], data)

@@ -38,12 +38,21 @@ def name(step: int) -> str:
     return f"{step:0{STEP_WIDTH}d}"
 
 
+# "frozen" never changes: one jax.Array per writer process, so that each
+# save after the writer's first links it from the step before (the manager
+# reuses unchanged arrays), and kills hit saves and deletions of steps
+# that others link.
+FROZEN = np.linspace(-1, 1, 1 << 18, dtype=np.float32)  # 1 MiB: large enough to be linked
+_frozen: list = []
+
+
 def expected(step: int, *, scale: int = 1) -> dict:
     """The checkpointables of ``step``, as numpy values (what a load returns)."""
     rng = np.random.default_rng(step)
     n = scale * 2 * (1024 + (step * 7919) % 15000)  # even: "w" is split in two
     return {
         "params": {
+            "frozen": FROZEN,
             "w": rng.standard_normal(n, dtype=np.float32),
             "b": (np.arange(64, dtype=np.int64) * step),
             "h": rng.integers(0, 2**16, size=(n // 4,), dtype=np.uint16),
@@ -59,6 +68,9 @@ def checkpointables(step: int, *, scale: int = 1) -> sk.Checkpointables:
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
     values["params"]["w"] = jax.device_put(jnp.asarray(values["params"]["w"]),
                                            NamedSharding(mesh, P("x")))
+    if not _frozen:
+        _frozen.append(jax.device_put(jnp.asarray(FROZEN), NamedSharding(mesh, P("x"))))
+    values["params"]["frozen"] = _frozen[0]
     values["data"] = sk.JsonValue(values["data"])
     return sk.Checkpointables(values)
 

@@ -25,6 +25,19 @@
 
 namespace shardkeep {
 
+// Where a box's bytes already are: leaf `leaf_path` (a key path,
+// LeafInfo::path) of pytree checkpointable `checkpointable` in the
+// committed checkpoint at `checkpoint`, in the save's own storage, as the
+// save whose commit record says `created_ns` wrote it. A save of an array
+// that has not changed since that save (or since it was loaded from
+// there) names it instead of passing the bytes again.
+struct StoredIn {
+  std::string checkpoint;
+  std::string checkpointable;
+  std::string leaf_path;
+  int64_t created_ns = 0;
+};
+
 // The bytes of one box of one leaf, row-major, little-endian, contiguous.
 // The memory is borrowed: it must stay valid until the save completes
 // (SaveRequest::keepalive can own it).
@@ -40,6 +53,14 @@ struct ShardData {
   // state: conversions from other formats stream this way. Thread-safe; an
   // error fails the save.
   std::function<Status(const Box& chunk, uint8_t* dst)> fill;
+  // Instead of `data` and `fill`: the box holds the same values, in the
+  // same dtype, as it does in an earlier checkpoint. The save links that
+  // checkpoint's data files where its chunks cover the box exactly and the
+  // storage can link (Storage::Link): those bytes are neither read nor
+  // written again. Otherwise it reads the box from there and writes it.
+  // NotFound when that checkpoint is gone or is no longer the one created
+  // at `created_ns` (a forced save replaced it).
+  std::optional<StoredIn> stored_in;
 };
 
 struct CheckpointablePayload {
@@ -87,6 +108,10 @@ class SaveHandle {
   // says whether it succeeded. Any other error: whether it commits cannot
   // be known (the coordinator failed). Thread-safe; may be called again.
   Status Cancel();
+  // The checkpoint's created_ns in its commit record (the same on every
+  // process of the save): with the path, it tells this save's checkpoint
+  // from a later one that replaced it (StoredIn::created_ns).
+  int64_t created_ns() const;
 
  private:
   std::unique_ptr<State> state_;
@@ -124,6 +149,14 @@ struct StoredRange {
   std::optional<uint64_t> checksum;
 };
 
+// One chunk of a leaf as its index records it.
+struct LeafChunk {
+  Box box;
+  StoredRange range;  // the data file and where the chunk's bytes lie in it
+  bool compressed = false;  // stored as one zstd frame
+  uint64_t raw_length = 0;  // bytes once decompressed
+};
+
 // The checksum stored for each chunk (XXH3-64 of its stored bytes).
 uint64_t ChunkChecksum(const void* data, size_t size);
 
@@ -154,6 +187,11 @@ class CheckpointReader {
   // `name` and proves that each array leaf's chunks tile it. NotFound for
   // an unknown name, InvalidArgument for a json/bytes checkpointable.
   virtual Result<PytreeInfo> Pytree(const std::string& checkpointable) = 0;
+  // The chunks that hold leaf `leaf` (LeafInfo::index) of pytree
+  // `checkpointable`, in index order: they tile the leaf (checked as
+  // Pytree checks it). Needs only meta.json and the index files.
+  virtual Result<std::vector<LeafChunk>> Chunks(const std::string& checkpointable,
+                                                uint32_t leaf) = 0;
   // `<checkpointable>/meta.json`, checked. NotFound for an unknown name.
   virtual Result<std::string> MetaJson(const std::string& checkpointable) = 0;
   // value.json / value.bin of a json/bytes checkpointable.

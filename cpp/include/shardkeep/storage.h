@@ -101,6 +101,19 @@ class Storage {
     (void)b;
     return false;
   }
+  // Makes `to` a second name of the file `from`, sharing its bytes (a hard
+  // link): a save reuses an earlier checkpoint's data file this way
+  // instead of writing its bytes again. Files shardkeep writes are never
+  // changed once written, so the two names never differ; deleting one
+  // leaves the other whole. AlreadyExists when `to` exists; NotFound when
+  // `from` does not. Returns false, changing nothing, where the backend or
+  // the file system under these paths cannot link (another file system,
+  // one without hard links); the caller then copies. The default never can.
+  virtual Result<bool> Link(const std::string& from, const std::string& to) {
+    (void)from;
+    (void)to;
+    return false;
+  }
   // Creates the file `path` with `data`, durable on return, unless it
   // exists: AlreadyExists then, changing nothing. Atomic against other
   // writers where features().conditional_create; the default refuses.

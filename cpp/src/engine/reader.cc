@@ -157,6 +157,22 @@ class Reader final : public CheckpointReader {
     return info;
   }
 
+  Result<std::vector<LeafChunk>> Chunks(const std::string& name, uint32_t leaf) override {
+    SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
+    if (leaf >= part->chunks_by_leaf.size()) {
+      return InvalidArgumentError("checkpointable '" + name + "' of " + path_ + " has " +
+                                  std::to_string(part->chunks_by_leaf.size()) +
+                                  " leaves, not leaf #" + std::to_string(leaf));
+    }
+    std::vector<LeafChunk> chunks;
+    for (const StoredChunk& chunk : part->chunks_by_leaf[leaf]) {
+      chunks.push_back({chunk.record.box, RangeOf(name, chunk),
+                        chunk.record.codec == format::Codec::kZstd,
+                        chunk.record.raw_length});
+    }
+    return chunks;
+  }
+
   Result<std::string> MetaJson(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mu_);
     SK_ASSIGN_OR_RETURN(const LoadedMeta* loaded, LoadMeta(name));

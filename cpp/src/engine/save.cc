@@ -84,6 +84,7 @@
 //    deletes its temporary folder. Between deleting the old record and
 //    creating the new one, a forced save leaves no checkpoint at <path>
 //    (docs/DESIGN_NOTES.md, "Commit on object stores").
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -96,6 +97,7 @@
 #include "engine/catch_exceptions.h"
 #include "engine/decoded_meta_cache.h"
 #include "engine/make_visible.h"
+#include "engine/reuse.h"
 #include "engine/meta_agreement.h"
 #include "engine/shard_writer.h"
 #include "engine/sync_batch.h"
@@ -158,7 +160,8 @@ Status ValidateShard(const CheckpointablePayload& part,
     return InvalidArgumentError(where + ": shard box " + shard.box.ToString() +
                                 " lies outside shape " + whole.ToString());
   }
-  if (shard.data == nullptr && !shard.fill && shard.box.NumElements() > 0) {
+  if (shard.data == nullptr && !shard.fill && !shard.stored_in &&
+      shard.box.NumElements() > 0) {
     return InvalidArgumentError(where + ": shard has no data");
   }
   return Status::Ok();
@@ -243,7 +246,7 @@ class SaveOperation {
     if (local.ok() && coordinator_->is_primary()) local = PrepareFolder();
     Status agreed = Agree("prepared", local);
     if (agreed.ok()) agreed = AgreeOnMeta();
-    if (agreed.ok()) agreed = LearnGeneration();
+    if (agreed.ok()) agreed = LearnFromPrimary();
     if (!agreed.ok()) RemoveTemporaryDir();
     return agreed;
   }
@@ -279,6 +282,9 @@ class SaveOperation {
     }
     return committed;
   }
+
+  // The commit record's created_ns (the primary's), once Prepare() succeeded.
+  int64_t created_ns() const { return created_ns_; }
 
   // Claims the outcome "abort" (see the outcome key above), so that the
   // primary cannot commit any more. Ok: the save will not commit (this or
@@ -464,6 +470,11 @@ class SaveOperation {
   // them).
   Status PrepareFolder() {
     SK_RETURN_IF_ERROR(target_.Prepare(request_.force, kForceHint));
+    if (coordinator_->process_count() > 1) {
+      SK_RETURN_IF_ERROR(
+          coordinator_->KeyValueSet(Key("created_ns"), std::to_string(created_ns_))
+              .WithContext("save of " + request_.path + ": publishing its creation time"));
+    }
     if (!target_.renames()) {
       if (coordinator_->process_count() == 1) return Status::Ok();
       return coordinator_->KeyValueSet(Key("generation"), *target_.data_folder())
@@ -476,9 +487,23 @@ class SaveOperation {
     return Status::Ok();
   }
 
-  // After "prepared": where the primary's generation is, on the others.
-  Status LearnGeneration() {
-    if (target_.renames() || coordinator_->is_primary()) return Status::Ok();
+  // After "prepared", on the others: what the primary chose in step 2.
+  // Its created_ns names the checkpoint in the commit record, so that every
+  // process can tell later whether <path> still holds this save's
+  // checkpoint (SaveHandle::created_ns); and the generation's name.
+  Status LearnFromPrimary() {
+    if (coordinator_->is_primary()) return Status::Ok();
+    Result<std::string> created =
+        coordinator_->KeyValueGet(Key("created_ns"), options_.timeout_s);
+    SK_RETURN_IF_ERROR(created.status().WithContext(
+        "save of " + request_.path + ": waiting for the primary's creation time"));
+    try {
+      created_ns_ = std::stoll(*created);
+    } catch (const std::exception&) {
+      return InternalError("save of " + request_.path + ": the primary published '" +
+                           *created + "' as its creation time");
+    }
+    if (target_.renames()) return Status::Ok();
     Result<std::string> published =
         coordinator_->KeyValueGet(Key("generation"), options_.timeout_s);
     SK_RETURN_IF_ERROR(published.status().WithContext(
@@ -514,9 +539,20 @@ class SaveOperation {
   Status WritePart(const CheckpointablePayload& part) {
     const std::string dir = target_.folder() + "/" + part.name;
     if (part.kind == "pytree") {
+      const int process = coordinator_->process_index();
       internal::ByteLimiter limiter(options_.ResolvedHostMemoryLimit());
-      return internal::WriteShards(*storage_, dir, coordinator_->process_index(),
-                                   part.shards, options_, limiter, unsynced_)
+      const bool reuses = std::any_of(part.shards.begin(), part.shards.end(),
+                                      [](const ShardData& s) { return s.stored_in.has_value(); });
+      if (!reuses) {
+        return internal::WriteShards(*storage_, dir, process, part.shards, options_, limiter,
+                                     unsynced_)
+            .status();
+      }
+      SK_ASSIGN_OR_RETURN(internal::ReusedShards reused,
+                          internal::ReuseStoredShards(storage_, dir, process, part.shards,
+                                                      options_));
+      return internal::WriteShards(*storage_, dir, process, reused.to_write, options_, limiter,
+                                   unsynced_, std::move(reused.linked))
           .status();
     }
     if (!coordinator_->is_primary()) return Status::Ok();
@@ -647,7 +683,7 @@ class SaveOperation {
   // Files this process wrote that are not durable yet (see WritePart).
   internal::SyncBatch unsynced_;
   const std::string id_;
-  const int64_t created_ns_;
+  int64_t created_ns_;  // the primary's, once Prepare() has succeeded
   // The request's JSON texts, decoded by Prepare().
   nlohmann::json custom_metadata_ = nlohmann::json::object();
   nlohmann::json metrics_ = nlohmann::json::object();
@@ -659,6 +695,7 @@ struct SaveHandle::State {
   Future future;
   std::thread thread;
   std::function<Status()> cancel;
+  int64_t created_ns = 0;
 };
 
 SaveHandle::SaveHandle(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -670,6 +707,8 @@ SaveHandle::~SaveHandle() {
 const Future& SaveHandle::future() const { return state_->future; }
 
 Status SaveHandle::Cancel() { return state_->cancel(); }
+
+int64_t SaveHandle::created_ns() const { return state_->created_ns; }
 
 Result<std::unique_ptr<SaveHandle>> StartSave(
     std::shared_ptr<Storage> storage, std::shared_ptr<Coordinator> coordinator,
@@ -702,7 +741,8 @@ Result<std::unique_ptr<SaveHandle>> StartSave(
                                   ": cannot start its background thread: " + e.what());
   }
   return std::make_unique<SaveHandle>(std::make_unique<SaveHandle::State>(
-      SaveHandle::State{future, std::move(thread), std::move(cancel)}));
+      SaveHandle::State{future, std::move(thread), std::move(cancel),
+                        operation->created_ns()}));
 }
 
 Status Save(std::shared_ptr<Storage> storage,

@@ -96,6 +96,12 @@ bool QueuedSave::Done() const {
   return outcome_.has_value();
 }
 
+std::optional<int64_t> QueuedSave::CommittedCreatedNs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!outcome_ || !outcome_->ok()) return std::nullopt;  // only a started save commits
+  return created_ns_;
+}
+
 void QueuedSave::StartAwaiting() {
   std::lock_guard<std::mutex> lock(mu_);
   ++awaiting_;
@@ -239,6 +245,7 @@ void SaveQueue::RunStarts() {
     {
       std::lock_guard<std::mutex> lock(save->mu_);
       save->handle_ = handle;
+      save->created_ns_ = handle->created_ns();
       save->started_ = true;
       cancel = save->cancel_requested_;
     }

@@ -39,6 +39,9 @@ class QueuedSave {
   // nullopt if it has not within `timeout_s` seconds (negative: no limit).
   std::optional<Status> Wait(double timeout_s) const;
   bool Done() const;
+  // The created_ns of the checkpoint it committed (SaveHandle::created_ns)
+  // once it has ended committed; nullopt before, or if it failed.
+  std::optional<int64_t> CommittedCreatedNs() const;
 
   // The caller has seen the outcome (or will: an interrupted wait), so a
   // failure is not logged.
@@ -71,6 +74,7 @@ class QueuedSave {
   std::function<void()> on_finished_;  // dropped once run
   SaveQueue* queue_ = nullptr;  // told when a cancel changes what exit waits for
   std::shared_ptr<SaveHandle> handle_;  // shared with a Cancel under way
+  int64_t created_ns_ = 0;              // handle_->created_ns(), kept past its end
   bool started_ = false;  // the start has run (handle_ set, or it failed)
   bool cancel_requested_ = false;
   bool collected_ = false;

@@ -205,7 +205,8 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
                                 const Options& options, ByteLimiter& limiter,
-                                SyncBatch& unsynced) {
+                                SyncBatch& unsynced,
+                                std::vector<format::ChunkRecord> linked) {
   std::vector<ChunkTask> tasks;
   for (const ShardData& shard : shards) {
     if (shard.box.NumElements() == 0) continue;  // nothing to store
@@ -219,7 +220,11 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
   // itself, and no two threads share a file.
   const int threads = std::max(
       1, std::min<int>(options.ResolvedIoThreads(), static_cast<int>(tasks.size())));
-  std::atomic<uint32_t> next_file{0};
+  uint32_t first_file = 0;
+  for (const format::ChunkRecord& record : linked) {
+    first_file = std::max(first_file, record.data_file + 1);
+  }
+  std::atomic<uint32_t> next_file{first_file};
   std::atomic<size_t> next_task{0};
   std::vector<std::unique_ptr<ThreadWriter>> writers;
   std::vector<std::vector<format::ChunkRecord>> records(threads);
@@ -240,7 +245,7 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
     return Status::Ok();
   }, "writer thread of " + dir));
 
-  std::vector<format::ChunkRecord> all;
+  std::vector<format::ChunkRecord> all = std::move(linked);
   for (auto& part : records) {
     all.insert(all.end(), std::make_move_iterator(part.begin()),
                std::make_move_iterator(part.end()));

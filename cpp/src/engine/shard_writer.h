@@ -7,6 +7,7 @@
 
 #include "engine/byte_limiter.h"
 #include "engine/sync_batch.h"
+#include "format/index.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/options.h"
 #include "shardkeep/storage.h"
@@ -34,10 +35,14 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
 // index) in `unsynced` for the caller, who syncs them with its own (the
 // commit syncs the primary's together with its folders and meta.json).
 // On failure some files may be left there too; they need no sync then.
+// `linked` are records of chunks already in data files of `dir` (an
+// earlier checkpoint's, linked: engine/reuse.h): the index lists them too,
+// and the new data files are numbered after theirs.
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index,
                                 const std::vector<ShardData>& shards,
                                 const Options& options, ByteLimiter& limiter,
-                                SyncBatch& unsynced);
+                                SyncBatch& unsynced,
+                                std::vector<format::ChunkRecord> linked = {});
 
 }  // namespace shardkeep::internal

@@ -205,6 +205,12 @@ Result<bool> FaultInjectionStorage::Exchange(const std::string& a,
   return base_->Exchange(a, b);
 }
 
+Result<bool> FaultInjectionStorage::Link(const std::string& from,
+                                         const std::string& to) {
+  SK_RETURN_IF_ERROR(state_->Before("Link", from));
+  return base_->Link(from, to);
+}
+
 Status FaultInjectionStorage::WriteIfAbsent(const std::string& path,
                                             std::string_view data) {
   SK_RETURN_IF_ERROR(state_->Before("WriteIfAbsent", path));

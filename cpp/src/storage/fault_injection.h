@@ -62,6 +62,8 @@ class FaultInjectionStorage final : public Storage {
   // op "Exchange", path `a`.
   Result<bool> Exchange(const std::string& a, const std::string& b) override;
   Status WriteIfAbsent(const std::string& path, std::string_view data) override;
+  // op "Link", path `from`.
+  Result<bool> Link(const std::string& from, const std::string& to) override;
 
   // Hook and counters, shared with the WritableFiles this storage opened so
   // they stay valid if a file outlives the storage.

@@ -412,6 +412,18 @@ class FileStorage final : public Storage {
 #endif
   }
 
+  Result<bool> Link(const std::string& from, const std::string& to) override {
+    if (::link(from.c_str(), to.c_str()) == 0) return true;
+    // Another file system, or one without hard links (FAT, some FUSE and
+    // network mounts), or a file linked too often: the caller copies.
+    if (errno == EXDEV || errno == EPERM || errno == ENOTSUP || errno == ENOSYS ||
+        errno == EMLINK || errno == EOPNOTSUPP) {
+      return false;
+    }
+    if (errno == EEXIST) return AlreadyExistsError("link " + from + " as " + to + ": target exists");
+    return PosixError("link " + from + " as " + to, errno, errno == ENOENT ? from : to);
+  }
+
   Status SyncDir(const std::string& dir) override {
     SK_ASSIGN_OR_RETURN(const int raw_fd,
                         OpenFile(dir, O_RDONLY | O_DIRECTORY));

@@ -300,6 +300,24 @@ class MemoryStorage final : public Storage {
     return Status::Ok();
   }
 
+  Result<bool> Link(const std::string& from, const std::string& to) override {
+    if (objects_) return false;  // an object store has no second names
+    const std::string source = Normalize(from);
+    const std::string target = Normalize(to);
+    const std::string what = "link " + source + " as " + target;
+    std::lock_guard<std::mutex> lock(store_->mu);
+    const auto it = store_->files.find(source);
+    if (it == store_->files.end()) {
+      return NotFoundError(what + ": No such file or directory");
+    }
+    if (store_->files.count(target) > 0 || store_->IsDir(target)) {
+      return AlreadyExistsError(what + ": target exists");
+    }
+    File shared = it->second;  // the same buffer: the bytes are shared
+    SK_RETURN_IF_ERROR(Put(target, std::move(shared)));
+    return true;
+  }
+
   Result<bool> Exchange(const std::string& a, const std::string& b) override {
     const std::string first = Normalize(a);
     const std::string second = Normalize(b);

@@ -7,7 +7,7 @@ import os
 from typing import Any, Mapping
 
 from .. import _core
-from ..base import checkpointables, named_parts
+from ..base import checkpointables, named_parts, unchanged
 from . import load_executor
 from .. import options as options_lib
 from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError
@@ -82,7 +82,8 @@ def _load(path, targets: Mapping[str, Any] | None, partial: bool,
         if hint is None:
             raise
         raise NotFoundError(hint) from e
-    available = json.loads(reader.commit_json())["checkpointables"]
+    record = json.loads(reader.commit_json())
+    available = record["checkpointables"]
     if targets is None:
         targets = {name: None for name in available}
     if not isinstance(targets, Mapping):
@@ -99,18 +100,21 @@ def _load(path, targets: Mapping[str, Any] | None, partial: bool,
                     f" or sk.load({path!r}, sk.Checkpointables({named_parts.listing(names)}))")
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
-        results[name] = _load_one(reader, path, name, available[name]["kind"], target,
+        origin = unchanged.Origin(path, name, record["created_ns"])
+        results[name] = _load_one(reader, origin, available[name]["kind"], target,
                                   partial, core_options, map_files,
                                   options.broadcasts_load_of(path))
     return results
 
 
-def _load_one(reader, path: str, name: str, kind: str, target: Any, partial: bool,
+def _load_one(reader, origin: unchanged.Origin, kind: str, target: Any, partial: bool,
               core_options, map_files: bool, broadcast: bool) -> Any:
-    where = f"{path}/{name}"
+    name = origin.checkpointable
+    where = f"{origin.checkpoint}/{name}"
     meta = reader.meta(name)
     if kind == "pytree":
-        source = CoreSource(reader, name, where, core_options, map_files=map_files, meta=meta)
+        source = CoreSource(reader, name, where, core_options, map_files=map_files, meta=meta,
+                            origin=origin)
         with gc_paused():
             value = load_executor.load(source, target, partial=partial, broadcast=broadcast,
                                        timeout_s=core_options.timeout_s)

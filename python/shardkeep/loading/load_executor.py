@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, host_memory, prng_keys
+from ..base import dtypes, host_memory, prng_keys, unchanged
 from . import load_plan
 from .load_plan import Finish, LeafPlan, LoadPlan
 from .load_source import Source
@@ -62,7 +62,24 @@ def execute(plan: LoadPlan, source: Source, *, timeout_s: float) -> Any:
         if slot.devices is not None:
             slot.placed = puts.add(slot.buffer, slot.devices)
     puts.run()
-    return plan.rebuild([_finish(plan.where, leaf, puts) for leaf in plan.leaves])
+    values = [_finish(plan.where, leaf, puts) for leaf in plan.leaves]
+    if source.origin is not None:
+        _remember(source, plan.leaves, values)
+    return plan.rebuild(values)
+
+
+def _remember(source: Source, leaves: list[LeafPlan], values: list) -> None:
+    """Notes where the arrays loaded without a cast are stored, so that a
+    save based on this checkpoint takes them from there
+    (``shardkeep.base.unchanged``)."""
+    assert source.origin is not None
+    stored = source.meta()["leaves"]
+    for leaf, value in zip(leaves, values):
+        if (leaf.finish is Finish.SHARDED and leaf.slots
+                and unchanged.worth_remembering(value)
+                and all(dtypes.name_of(slot.dtype) == stored[slot.number]["dtype"]
+                        for slot in leaf.slots)):
+            unchanged.note_loaded(value, source.origin, leaf.path)
 
 
 def _finish(where: str, leaf: LeafPlan, puts: "_DevicePuts") -> Any:

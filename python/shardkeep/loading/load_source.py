@@ -19,6 +19,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from .. import _core
+from ..base import unchanged
 from . import file_mapping
 from ..errors import InvalidArgumentError
 
@@ -66,6 +67,9 @@ class Source:
     """
 
     where: str
+    # The shardkeep checkpoint the loaded arrays stay known to be stored in
+    # (``shardkeep.base.unchanged``); None for other formats.
+    origin: unchanged.Origin | None = None
 
     def meta(self) -> dict:
         raise NotImplementedError
@@ -85,11 +89,13 @@ class CoreSource(Source):
     or safetensors files): the core reads, casts and verifies, and with
     ``map_files`` raw chunks of local files are mapped (``file_mapping``).
     ``meta`` replaces the reader's description (safetensors renames its
-    leaves after the target's key paths)."""
+    leaves after the target's key paths); ``origin`` is given for shardkeep
+    checkpoints."""
 
     def __init__(self, reader, name: str, where: str, core_options, *, map_files: bool,
-                 meta: dict | None = None):
+                 meta: dict | None = None, origin: unchanged.Origin | None = None):
         self.where = where
+        self.origin = origin
         self._reader, self._name, self._options = reader, name, core_options
         self._map_files = map_files
         self._meta = meta

@@ -85,6 +85,7 @@ class _Commit:
     future: SaveFuture
     metrics: dict
     started: float
+    base: int | None  # the step it takes unchanged arrays from, held until it ends
     observed: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
@@ -126,6 +127,14 @@ class CheckpointManager:
     ``restore`` resumes from the newest step either tier can rebuild (see
     ``shardkeep.manager.checkpoint_manager.local_tier`` and docs/MANAGER.md, "Local tier").
 
+    With ``reuse_unchanged`` (the default on a file-system root), each save
+    takes the arrays that have not changed since the latest committed step
+    (the same ``jax.Array`` objects saved there, or loaded from there) from
+    that step instead of writing them again: the new step links its data
+    files, and stays whole when that step is deleted (see
+    ``shardkeep.save``'s ``base`` and docs/INCREMENTAL.md). The step being
+    reused is not deleted before the save that reuses it has ended.
+
     The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
     (configured by the environment or ``options.s3``, see
     ``shardkeep.S3Settings``) or any other URL the core resolves
@@ -140,8 +149,12 @@ class CheckpointManager:
                  save_interval_steps: int = 1, async_save: bool = True,
                  options: options_lib.Options | None = None, step_width: int = 9,
                  local_root=None, local_save_interval_steps: int | None = None,
-                 local_keep_last: int = 2):
+                 local_keep_last: int = 2, reuse_unchanged: bool | None = None):
         self._root = _root_url(root)
+        # Off on object stores unless asked for: they cannot link, so the
+        # unchanged bytes would be downloaded and uploaded again.
+        self._reuse = (_core.local_file_path(self._root) is not None
+                       if reuse_unchanged is None else bool(reuse_unchanged))
         _check_positive_int("save_interval_steps", save_interval_steps)
         _check_positive_int("step_width", step_width)
         if local_root is None and local_save_interval_steps is not None:
@@ -272,16 +285,20 @@ class CheckpointManager:
         self._remove_leftovers()
         name = f"{step:0{self._width}d}"
         started = time.monotonic()
+        base = self._hold_base()
         try:
             future = save_checkpointables_async(
                 _join(self._root, name), items, metrics=metrics, step=step,
-                options=self._options)
+                options=self._options,
+                base=None if base is None else _join(self._root, self._names[base]))
         except Exception:
             self._note_leftover(name)
+            if base is not None:
+                self._release(base)
             raise
         logger.info("step %d: save started, blocking phase %.3f s", step,
                     time.monotonic() - started)
-        self._pending = _Commit(step, name, future, metrics, started)
+        self._pending = _Commit(step, name, future, metrics, started, base)
         self._jobs.put(self._pending)
         if not self._async:
             self._wait_pending()
@@ -504,6 +521,8 @@ class CheckpointManager:
         except Exception as e:  # noqa: BLE001 - recorded, raised on the next call
             self._record_error(f"saving step {job.step} to {job.future.path!r} failed", e)
             self._note_leftover(job.name)
+            if job.base is not None:
+                self._release(job.base)
             job.observed.set()
             return
         logger.info("step %d committed, %.2f s after its save started", job.step,
@@ -520,6 +539,8 @@ class CheckpointManager:
                     self._deferred[step] = name
                 else:
                     deletions.append(_Delete(step, name))
+        if job.base is not None:
+            self._release(job.base)
         job.observed.set()
         for deletion in deletions:
             self._delete(deletion)
@@ -565,6 +586,18 @@ class CheckpointManager:
             self._record_error(f"deleting step {job.step} at {path!r} failed", e)
             return
         logger.info("deleted step %d (%s)", job.step, path)
+
+    def _hold_base(self) -> int | None:
+        """The step a save takes its unchanged arrays from (the latest
+        committed), kept from deletion until ``_release``; None when the
+        manager does not reuse or has no step."""
+        if not self._reuse:
+            return None
+        with self._lock:
+            base = max(self._steps, default=None)
+            if base is not None:
+                self._in_use[base] += 1
+            return base
 
     def _release(self, step: int) -> None:
         with self._lock:

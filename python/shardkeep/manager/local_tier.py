@@ -115,7 +115,8 @@ class LocalTier:
         self._last_started = step
         started = time.monotonic()
         self._drop_from(step)
-        parts, lease = save_lib.stage_parts(items, self._options, own_copies=True)
+        staged = save_lib.stage_parts(items, self._options)
+        parts, lease = staged.parts, save_lib.stage_copies(staged, self._options)
         try:
             header, buffers = local_slices.describe(parts)
         except BaseException:

@@ -68,6 +68,11 @@ def running() -> int:
     return 0 if _queue is None else len(_queue.running())
 
 
+def paths_being_written() -> list[str]:
+    """The paths of the saves that have not ended."""
+    return [] if _queue is None else [s.path for s in _queue.running()]
+
+
 def starter_thread_id() -> int:
     """The kernel's id of the thread that starts saves (0 before the first)."""
     return 0 if _queue is None else _queue.starter_thread_id

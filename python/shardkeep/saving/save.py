@@ -7,21 +7,22 @@ owns; the C++ writer then chunks, writes and commits on its own threads
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Any, Callable, Literal, Mapping, overload
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from .. import _core
 from . import background_saves
-from ..base import checkpointables, host_memory
+from ..base import checkpointables, host_memory, unchanged
 from ..job import distributed
 from ..base import named_parts
 from . import staging
 from .. import options as options_lib
 from . import staging_pool
-from ..errors import InvalidArgumentError, TimeoutError
+from ..errors import InvalidArgumentError, NotFoundError, TimeoutError
 from ..base.gc_pause import gc_paused
 
 class SaveFuture:
@@ -64,7 +65,7 @@ class SaveFuture:
 
 def save(path, tree: Any, *, options: options_lib.Options | None = None,
          custom_metadata: Mapping | None = None, force: bool = False,
-         step: int | None = None) -> None:
+         step: int | None = None, base=None) -> None:
     """Saves ``tree`` as the checkpointable "state" and returns after the commit.
 
     A ``Checkpointables`` is saved as its named parts instead; any other
@@ -82,14 +83,23 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
     on an object store the path holds no checkpoint for the moment between
     removing the old commit record and writing the new one (readers see
     the old checkpoint or the new one, never a mix).
+
+    ``base`` names a committed checkpoint in the same storage (typically
+    the previous one; ``path`` itself with ``force``). The arrays of
+    ``tree`` that are the very ``jax.Array`` objects this process saved
+    there, or loaded from there, hold the values stored there: they are
+    neither copied to the host nor written, the new checkpoint links the
+    base's data files instead (where the storage cannot link, their bytes
+    are copied from the base). The new checkpoint stands alone all the
+    same: deleting the base deletes none of its data (docs/INCREMENTAL.md).
     """
     save_checkpointables(path, named_parts.to_save(tree), options=options,
-                         custom_metadata=custom_metadata, force=force, step=step)
+                         custom_metadata=custom_metadata, force=force, step=step, base=base)
 
 
 def save_async(path, tree: Any, *, options: options_lib.Options | None = None,
                custom_metadata: Mapping | None = None, force: bool = False,
-               step: int | None = None) -> SaveFuture:
+               step: int | None = None, base=None) -> SaveFuture:
     """Saves ``tree`` as "state" (named parts for a ``Checkpointables``, as
     ``save``); returns after the blocking phase.
 
@@ -99,14 +109,15 @@ def save_async(path, tree: Any, *, options: options_lib.Options | None = None,
     logged, and interpreter exit waits for it.
     """
     return save_checkpointables_async(path, named_parts.to_save(tree), options=options,
-                                      custom_metadata=custom_metadata, force=force, step=step)
+                                      custom_metadata=custom_metadata, force=force, step=step,
+                                      base=base)
 
 
 def save_checkpointables(path, items: Mapping[str, Any], *,
                          options: options_lib.Options | None = None,
                          custom_metadata: Mapping | None = None,
                          metrics: Mapping | None = None, force: bool = False,
-                         step: int | None = None) -> None:
+                         step: int | None = None, base=None) -> None:
     """Saves several checkpointables and returns after the commit.
 
     ``items`` maps checkpointable names to values; each value's kind is
@@ -115,41 +126,46 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     a registered kind's class by that kind, anything else as a pytree.
     Each checkpointable can later be loaded alone.
     """
-    path, options, start, _ = _prepare(path, items, options, custom_metadata, metrics, force,
-                                       step, own_copies=False)
+    path, options, start, _, arrays = _prepare(path, items, options, custom_metadata, metrics,
+                                               force, step, base, own_copies=False)
     # Queued like an async save (saves start in call order) and waited for
     # here: an error is raised, not logged. Ctrl-C cancels it (see
     # SaveFuture.result); the queue keeps it while its thread winds down.
-    SaveFuture(background_saves.start(start, path, options.timeout_s)).result()
+    save = background_saves.start(start, path, options.timeout_s)
+    _remember(path, arrays, save)
+    SaveFuture(save).result()
 
 
 def save_checkpointables_async(path, items: Mapping[str, Any], *,
                                options: options_lib.Options | None = None,
                                custom_metadata: Mapping | None = None,
                                metrics: Mapping | None = None, force: bool = False,
-                               step: int | None = None) -> SaveFuture:
+                               step: int | None = None, base=None) -> SaveFuture:
     """``save_checkpointables`` that returns after the blocking phase.
 
     Errors found before staging (arguments, leaves) are raised here; those
     of starting the save in the core (e.g. AlreadyExistsError) by the
     future's ``result()``, or logged if it is never called.
     """
-    path, options, start, lease = _prepare(path, items, options, custom_metadata, metrics,
-                                           force, step, own_copies=True)
+    path, options, start, lease, arrays = _prepare(path, items, options, custom_metadata,
+                                                   metrics, force, step, base, own_copies=True)
+    assert lease is not None  # own_copies
     # The queue gives the buffer back at the save's end, before result()
     # returns, so a loop that waits for a save and at once starts the next
     # reuses it.
     save = background_saves.start(start, path, options.timeout_s, on_finished=lease.give_back)
+    _remember(path, arrays, save)
     return SaveFuture(save)
 
 
-def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
+def _prepare(path, items, options, custom_metadata, metrics, force, step, base, *,
              own_copies: bool):
     """The Python part of the blocking phase: validates, plans and stages.
 
     Returns the path, the resolved options, a function that starts the
-    save in the core (returning its handle) and, with ``own_copies``, the
-    lease of the staging memory the shards were copied into.
+    save in the core (returning its handle), with ``own_copies`` the lease
+    of the staging memory the shards were copied into, and the arrays to
+    remember once the save is queued (``_remember``).
     """
     path = os.fspath(path)
     options = options_lib.resolve(options)
@@ -162,49 +178,98 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, *,
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
-    parts, lease = stage_parts(items, options, own_copies=own_copies)
-    start = _starter(path, parts, step=step, custom_metadata_json=custom_metadata_json,
+    staged = stage_parts(items, options, _base_of(base, options))
+    lease = stage_copies(staged, options) if own_copies else None
+    start = _starter(path, staged.parts, step=step, custom_metadata_json=custom_metadata_json,
                      metrics_json=metrics_json, force=force, options=options,
                      coordinator=coordinator)
-    return path, options, start, lease
+    return path, options, start, lease, staged.arrays
 
 
-@overload
-def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
-                own_copies: Literal[True] = ...
-                ) -> tuple[list[_core.SavePart], staging_pool.Lease]: ...
-@overload
-def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
-                own_copies: Literal[False]) -> tuple[list[_core.SavePart], None]: ...
-@overload
-def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
-                own_copies: bool) -> tuple[list[_core.SavePart], staging_pool.Lease | None]: ...
-def stage_parts(items: Mapping[str, Any], options: options_lib.Options, *,
-                own_copies: bool = True
-                ) -> tuple[list[_core.SavePart], staging_pool.Lease | None]:
-    """The ``_core.start_save`` parts of ``items``: this process's shards
-    (the boxes it writes in a save of the whole job), staged.
+def _base_of(base, options: options_lib.Options) -> staging.Base | None:
+    """The committed checkpoint ``base`` (a path, or None) as a save takes
+    its unchanged arrays from it.
 
-    With ``own_copies`` the shards that alias the caller's memory are
-    copied into the returned lease; otherwise the lease is None and the
-    shards must be written before the caller's arrays change.
+    A base that an earlier save of this process is still writing is no
+    base yet: nothing is known to be in it before that save commits, so
+    the save writes everything (rather than waiting, or failing a loop of
+    async saves that each name the one before).
     """
-    parts: list[_core.SavePart] = []
-    aliased: list[_core.Shard] = []
+    if base is None:
+        return None
+    base = os.fspath(base)
+    try:
+        reader = _core.Reader(base, options.to_core())
+    except NotFoundError as e:
+        key = unchanged.checkpoint_key(base)
+        if any(unchanged.checkpoint_key(p) == key for p in background_saves.paths_being_written()):
+            return None
+        raise NotFoundError(f"the base checkpoint {base!r} of this save is not a committed"
+                            f" checkpoint: {e}") from e
+    return staging.Base(base, json.loads(reader.commit_json())["created_ns"])
+
+
+def _remember(path: str, arrays: dict[str, list], save: _core.QueuedSave) -> None:
+    """Notes where ``save`` puts the arrays it saves (``base.unchanged``)."""
+    for name, named in arrays.items():
+        unchanged.note_saved(named, path, name, save)
+
+
+@dataclasses.dataclass
+class Staged:
+    """The ``_core.start_save`` parts of a save, staged (``stage_parts``)."""
+
+    parts: list[_core.SavePart]
+    # Shards whose data is the caller's memory (``staging.StagedTree``).
+    aliased: list[_core.Shard]
+    # Per pytree part, the arrays whose places are remembered once the save
+    # is known (``shardkeep.base.unchanged``).
+    arrays: dict[str, list[tuple[str, Any]]]
+
+
+def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
+                base: staging.Base | None = None) -> Staged:
+    """The ``_core.start_save`` parts of ``items``: this process's shards
+    (the boxes it writes in a save of the whole job), staged; the arrays
+    stored in ``base`` as they are are named, not staged.
+
+    The aliased shards must be written before the caller's arrays change,
+    or copied first (``stage_copies``).
+    """
+    staged = Staged([], [], {})
     with gc_paused():
         for name, value in items.items():
             checkpointables.check_name(name)
-            base = checkpointables.classify(value)
-            if base.kind != "pytree":
-                parts.append(checkpointables.value_part(name, base))
+            part = checkpointables.classify(value)
+            if part.kind != "pytree":
+                staged.parts.append(checkpointables.value_part(name, part))
                 continue
-            staged = staging.stage_pytree(base.value, replica_parallel=options.replica_parallel,
-                                          registered_kind=base.registered_kind)
-            parts.append(_core.SavePart(name, "pytree", staged.meta_json, shards=staged.shards))
-            aliased += staged.aliased
-        if own_copies:
-            return parts, _stage_copies(aliased, options)
-        return parts, None  # written straight from the caller's memory
+            tree = staging.stage_pytree(part.value, replica_parallel=options.replica_parallel,
+                                        registered_kind=part.registered_kind, base=base)
+            staged.parts.append(_core.SavePart(name, "pytree", tree.meta_json,
+                                               shards=tree.shards))
+            staged.aliased += tree.aliased
+            staged.arrays[name] = tree.arrays
+    return staged
+
+
+def stage_copies(staged: Staged, options: options_lib.Options) -> staging_pool.Lease:
+    """Points the shards that alias the caller's memory at copies in one
+    staging buffer (see ``shardkeep.saving.staging_pool``), so that the caller may
+    donate, delete or overwrite its arrays once the blocking phase returns."""
+    with gc_paused():  # thousands of small objects: no collection in the blocking phase
+        sources = [_host_array(shard) for shard in staged.aliased]
+        lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
+                                   reuse=options.reuse_staging_memory)
+        try:
+            copies = [lease.carve(s.nbytes) for s in sources]
+            host_memory.copy_all(sources, copies)
+        except BaseException:
+            lease.give_back()
+            raise
+        for shard, copy in zip(staged.aliased, copies):
+            shard.data = copy
+        return lease
 
 
 def start_single_process_async(path, parts: list[_core.SavePart], *, options: options_lib.Options,
@@ -246,25 +311,6 @@ def _starter(path: str, parts: list[_core.SavePart], *, step: int | None,
             coordinator=coordinator, operation_id=operation_id)
 
     return start
-
-
-def _stage_copies(aliased: list[_core.Shard],
-                  options: options_lib.Options) -> staging_pool.Lease:
-    """Points the shards that alias the caller's memory at copies in one
-    staging buffer (see ``shardkeep.saving.staging_pool``), so that the caller may
-    donate, delete or overwrite its arrays once the blocking phase returns."""
-    sources = [_host_array(shard) for shard in aliased]
-    lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
-                               reuse=options.reuse_staging_memory)
-    try:
-        copies = [lease.carve(s.nbytes) for s in sources]
-        host_memory.copy_all(sources, copies)
-    except BaseException:
-        lease.give_back()
-        raise
-    for shard, copy in zip(aliased, copies):
-        shard.data = copy
-    return lease
 
 
 def _host_array(shard: _core.Shard) -> np.ndarray:

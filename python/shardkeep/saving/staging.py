@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, prng_keys, shardings, tree_codec
+from ..base import dtypes, prng_keys, shardings, tree_codec, unchanged
 from ..base.array_source import ArraySource
 from ..base.checkpointables import JsonValue
 from ..errors import InvalidArgumentError, ShardkeepError
@@ -57,10 +57,22 @@ class StagedTree:
     meta_json: str
     shards: list[_core.Shard]
     aliased: list[_core.Shard]
+    # (key path, value) of the arrays whose places are remembered
+    # (``shardkeep.base.unchanged``), once the save is known.
+    arrays: list[tuple[str, jax.Array]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """The committed checkpoint a save takes its unchanged arrays from
+    (``shardkeep.base.unchanged``), as its commit record names it."""
+
+    checkpoint: str
+    created_ns: int
 
 
 def stage_pytree(tree: Any, *, replica_parallel: bool,
-                 registered_kind: str | None = None) -> StagedTree:
+                 registered_kind: str | None = None, base: Base | None = None) -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
 
     ``replica_parallel`` splits each replicated box among the devices
@@ -68,7 +80,9 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     replica with ``replica_id == 0`` writes it whole. Either way each
     element of each jax.Array is written by exactly one device of the job,
     and numpy leaves by process 0 only. ``registered_kind`` is recorded in
-    meta.json (``checkpointables.register_kind``).
+    meta.json (``checkpointables.register_kind``). The boxes of arrays known
+    to be stored in ``base`` as they are are not staged: their shards name
+    where they are stored (``_core.StoredIn``).
     """
     flat: list | None
     key: tuple | None
@@ -89,14 +103,27 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
             _plans[key] = plan
     for number in plan.array_leaves:
         _check_not_deleted(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
-    sources = [s.get(values[s.value_index]) for s in plan.sources]
+    arrays = [(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
+              for number in plan.remembered_arrays]
+    stored: dict[int, _core.StoredIn] = {}  # value index -> where base holds it
+    if base is not None:
+        for number in plan.remembered_arrays:
+            where = unchanged.stored_in(values[number], base.checkpoint, base.created_ns)
+            if where is not None:
+                stored[number] = where
+    sources = [None if s.value_index in stored else s.get(values[s.value_index])
+               for s in plan.sources]
     if not plan.all_on_host:
         for s, src in zip(plan.sources, sources):
-            if not s.on_host:
+            if src is not None and not s.on_host:
                 src.copy_to_host_async()
     shards: list[_core.Shard] = []
     aliased: list[_core.Shard] = []
     for s, src in zip(plan.sources, sources):
+        if src is None:  # stored in the base as it is
+            shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
+                                      stored[s.value_index]))
+            continue
         if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
             path = plan.leaf_metas[s.leaf_number]["path"]
             shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
@@ -107,7 +134,7 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
         if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
             aliased.append(shard)
         # (On accelerators the host array is a fresh copy nobody else writes.)
-    return StagedTree(plan.meta_json_for(values, registered_kind), shards, aliased)
+    return StagedTree(plan.meta_json_for(values, registered_kind), shards, aliased, arrays)
 
 
 def _fill_from(path: str, source: ArraySource, origin: list[int],
@@ -145,6 +172,8 @@ class _Plan:
     leaf_metas: list[dict]    # meta.json entries, in meta.json's leaf order
     codec_number: list[int]   # value index -> meta.json leaf number
     array_leaves: list[int]   # value indices of jax.Arrays (checked not deleted)
+    # Those whose places are remembered (``unchanged.worth_remembering``).
+    remembered_arrays: list[int]
     sources: list[_Source]
     structure: dict
     cacheable: bool
@@ -202,6 +231,7 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     leaf_metas: list[dict] = [{}] * len(leaves)
     plan_sources: list[_Source] = []
     array_leaves: list[int] = []
+    remembered_arrays: list[int] = []
     scalar_values: list[tuple[int, Any]] = []
     for index, value in enumerate(values):
         number = codec_number[index]
@@ -215,10 +245,12 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
                             for (origin, shape), get in sources)
         if isinstance(value, jax.Array):
             array_leaves.append(index)
+            if unchanged.worth_remembering(value):
+                remembered_arrays.append(index)
         elif isinstance(value, _VALUE_TYPES):
             scalar_values.append((index, value))
     plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
-                 plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
+                 remembered_arrays, plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
                  scalar_values)
     return plan, values
 

@@ -74,3 +74,44 @@ def _preempted(root: str, mesh: Mesh) -> dict:
         mgr.wait()
         return {"source": source, "preempted_at": stopped, "preempted_steps": mgr.all_steps()}
 
+
+
+FROZEN_SHAPE = (512, 1024)  # 2 MiB of float32: large enough to be remembered
+
+
+def unchanged_job(root: str) -> dict:
+    """A frozen array saved once and linked by the later steps of a
+    4-step run with keep_last=2; the adapter changes every step."""
+    mesh = _mesh()
+    rows = np.arange(np.prod(FROZEN_SHAPE), dtype=np.float32).reshape(FROZEN_SHAPE)
+    frozen = job_array(rows, NamedSharding(mesh, P("data", "model")))
+    linked = {}
+    with sk.CheckpointManager(root, keep_last=2) as mgr:
+        for step in range(1, 5):
+            adapter = job_array(_expected(step), NamedSharding(mesh, P("data", "model")))
+            mgr.save(step, {"frozen": frozen, "adapter": adapter})
+            mgr.wait()
+            if step > 1 and jax.process_index() == 0:
+                linked[step] = _linked_bytes(os.path.join(root, f"{step:09d}"),
+                                             os.path.join(root, f"{step - 1:09d}"))
+        steps = mgr.all_steps()
+        target = {"frozen": jax.ShapeDtypeStruct(FROZEN_SHAPE, np.float32,
+                                                 sharding=NamedSharding(mesh, P("model", "data"))),
+                  "adapter": jax.ShapeDtypeStruct(SHAPE, np.float32,
+                                                  sharding=NamedSharding(mesh, P()))}
+        loaded = mgr.load(None, target)
+    exact = all(np.array_equal(np.asarray(shard.data), rows[shard.index])
+                for shard in loaded["frozen"].addressable_shards)
+    exact = exact and all(np.array_equal(np.asarray(shard.data), _expected(4)[shard.index])
+                          for shard in loaded["adapter"].addressable_shards)
+    return {"steps": steps, "linked": linked, "exact": exact,
+            "frozen_bytes": int(rows.nbytes)}
+
+
+def _linked_bytes(step_dir: str, previous_dir: str) -> int:
+    """Bytes of ``step_dir``'s data files that are files of ``previous_dir``."""
+    def files(folder):
+        data = os.path.join(folder, "state", "data")
+        return [os.path.join(data, name) for name in os.listdir(data)]
+    earlier = {os.stat(f).st_ino for f in files(previous_dir)}
+    return sum(os.stat(f).st_size for f in files(step_dir) if os.stat(f).st_ino in earlier)

@@ -1,0 +1,163 @@
+#include "engine/reuse.h"
+
+#include <map>
+#include <optional>
+
+namespace shardkeep::internal {
+namespace {
+
+// The earlier checkpoints named by one save's shards, each opened once, and
+// the data files of theirs linked into this save so far.
+class EarlierCheckpoints {
+ public:
+  EarlierCheckpoints(std::shared_ptr<Storage> storage, std::string dir, int process)
+      : storage_(std::move(storage)), dir_(std::move(dir)), process_(process) {}
+
+  // The reader of `from.checkpoint`, checked to be the checkpoint the save
+  // at `from.created_ns` committed.
+  Result<std::shared_ptr<CheckpointReader>> Open(const StoredIn& from) {
+    auto found = readers_.find(from.checkpoint);
+    if (found == readers_.end()) {
+      Result<std::unique_ptr<CheckpointReader>> opened =
+          CheckpointReader::Open(storage_, from.checkpoint);
+      if (!opened.ok()) {
+        return NotFoundError("the unchanged arrays of this save are in checkpoint " +
+                             from.checkpoint + ", which cannot be opened: " +
+                             opened.status().ToString());
+      }
+      found = readers_.emplace(from.checkpoint, std::move(*opened)).first;
+    }
+    const int64_t created_ns = found->second->Info().created_ns;
+    if (created_ns != from.created_ns) {
+      return NotFoundError("checkpoint " + from.checkpoint + " was replaced (created at " +
+                           std::to_string(created_ns) + " ns, not " +
+                           std::to_string(from.created_ns) +
+                           "): it no longer holds the unchanged arrays of this save");
+    }
+    return found->second;
+  }
+
+  // This save's number for `file` once linked into its data folder, or
+  // nullopt when the storage cannot link (then it never tries again).
+  Result<std::optional<uint32_t>> Link(const std::string& file) {
+    if (const auto it = linked_.find(file); it != linked_.end()) {
+      return std::optional<uint32_t>(it->second);
+    }
+    if (!can_link_) return std::optional<uint32_t>();
+    const uint32_t number = static_cast<uint32_t>(linked_.size());
+    SK_ASSIGN_OR_RETURN(bool linked,
+                        storage_->Link(file, dir_ + "/" + format::DataFileName(process_, number)));
+    if (!linked) {
+      can_link_ = false;
+      return std::optional<uint32_t>();
+    }
+    linked_.emplace(file, number);
+    return std::optional<uint32_t>(number);
+  }
+
+ private:
+  const std::shared_ptr<Storage> storage_;
+  const std::string dir_;
+  const int process_;
+  std::map<std::string, std::shared_ptr<CheckpointReader>> readers_;
+  std::map<std::string, uint32_t> linked_;
+  bool can_link_ = true;
+};
+
+// The position of `from.leaf_path` in the earlier checkpoint, checked to be
+// an array of `dtype` holding `box`.
+Result<uint32_t> FindLeaf(CheckpointReader& reader, const StoredIn& from, const ShardData& shard) {
+  SK_ASSIGN_OR_RETURN(PytreeInfo tree, reader.Pytree(from.checkpointable));
+  const LeafInfo* leaf = tree.Find(from.leaf_path);
+  const std::string where = "leaf '" + from.leaf_path + "' of '" + from.checkpointable +
+                            "' in " + from.checkpoint;
+  if (leaf == nullptr) return NotFoundError(where + " does not exist");
+  if (leaf->kind != LeafKind::kArray || leaf->dtype != shard.dtype ||
+      !Contains(Box{std::vector<uint64_t>(leaf->shape.size(), 0), leaf->shape}, shard.box)) {
+    return InvalidArgumentError(where + " is not a " + std::string(DTypeName(shard.dtype)) +
+                                " array holding box " + shard.box.ToString() +
+                                ", as the shard said to reuse it claims");
+  }
+  return leaf->index;
+}
+
+// The records of `chunks` linked into this save, or nullopt when one of
+// them could not be linked.
+Result<std::optional<std::vector<format::ChunkRecord>>> LinkChunks(
+    EarlierCheckpoints& earlier, const std::vector<const LeafChunk*>& chunks, uint32_t leaf) {
+  std::vector<format::ChunkRecord> records;
+  for (const LeafChunk* chunk : chunks) {
+    SK_ASSIGN_OR_RETURN(std::optional<uint32_t> file, earlier.Link(chunk->range.file));
+    if (!file || !chunk->range.checksum) return std::optional<std::vector<format::ChunkRecord>>();
+    format::ChunkRecord& record = records.emplace_back();
+    record.leaf = leaf;
+    record.data_file = *file;
+    record.codec = chunk->compressed ? format::Codec::kZstd : format::Codec::kRaw;
+    record.offset = chunk->range.offset;
+    record.stored_length = chunk->range.length;
+    record.raw_length = chunk->raw_length;
+    record.checksum = *chunk->range.checksum;
+    record.box = chunk->box;
+  }
+  return std::optional(std::move(records));
+}
+
+// `shard` with its bytes read from the earlier checkpoint, chunk by chunk
+// as the writers ask for them.
+ShardData ReadFrom(std::shared_ptr<CheckpointReader> reader, const StoredIn& from,
+                   uint32_t stored_leaf, ShardData shard, const Options& options) {
+  const DType dtype = shard.dtype;
+  shard.stored_in.reset();
+  shard.fill = [reader = std::move(reader), checkpointable = from.checkpointable, stored_leaf,
+                dtype, options](const Box& chunk, uint8_t* dst) {
+    ReadRequest request;
+    request.leaf = stored_leaf;
+    request.dtype = dtype;
+    request.box = chunk;
+    request.dst = dst;
+    return reader->Read(checkpointable, {request}, options);
+  };
+  return shard;
+}
+
+}  // namespace
+
+Result<ReusedShards> ReuseStoredShards(const std::shared_ptr<Storage>& storage,
+                                       const std::string& dir, int process_index,
+                                       const std::vector<ShardData>& shards,
+                                       const Options& options) {
+  ReusedShards out;
+  EarlierCheckpoints earlier(storage, dir, process_index);
+  for (const ShardData& shard : shards) {
+    if (!shard.stored_in || shard.box.NumElements() == 0) {
+      if (!shard.stored_in) out.to_write.push_back(shard);
+      continue;
+    }
+    const StoredIn& from = *shard.stored_in;
+    SK_ASSIGN_OR_RETURN(std::shared_ptr<CheckpointReader> reader, earlier.Open(from));
+    SK_ASSIGN_OR_RETURN(uint32_t stored_leaf, FindLeaf(*reader, from, shard));
+    SK_ASSIGN_OR_RETURN(std::vector<LeafChunk> chunks,
+                        reader->Chunks(from.checkpointable, stored_leaf));
+    // The chunks that meet the box tile it (as they tile the leaf) when
+    // none reaches outside it.
+    std::vector<const LeafChunk*> meeting;
+    bool inside = true;
+    for (const LeafChunk& chunk : chunks) {
+      if (!Intersect(chunk.box, shard.box)) continue;
+      inside = inside && Contains(shard.box, chunk.box);
+      meeting.push_back(&chunk);
+    }
+    if (inside) {
+      SK_ASSIGN_OR_RETURN(std::optional<std::vector<format::ChunkRecord>> linked,
+                          LinkChunks(earlier, meeting, shard.leaf));
+      if (linked) {
+        out.linked.insert(out.linked.end(), linked->begin(), linked->end());
+        continue;
+      }
+    }
+    out.to_write.push_back(ReadFrom(std::move(reader), from, stored_leaf, shard, options));
+  }
+  return out;
+}
+
+}  // namespace shardkeep::internal

@@ -1,0 +1,244 @@
+"""Saves that take unchanged arrays from an earlier checkpoint (``base=``,
+and the manager's latest step): linked, not written; every checkpoint
+whole on its own; never taken from a checkpoint they are not in."""
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import shardkeep as sk
+from shardkeep import _core
+from conftest import assert_same_bits, make_mesh
+
+ROWS, COLS = 512, 1024  # 2 MiB of float32: large enough to be remembered
+
+
+def sharded(values, mesh):
+    return jax.device_put(values, NamedSharding(mesh, P("x", None)))
+
+
+@pytest.fixture
+def mesh():
+    return make_mesh((8,), ("x",))
+
+
+@pytest.fixture
+def state(mesh):
+    rng = np.random.default_rng(0)
+    return {"frozen": sharded(rng.normal(size=(ROWS, COLS)).astype(np.float32), mesh),
+            "adapter": sharded(rng.normal(size=(ROWS, 8)).astype(np.float32), mesh)}
+
+
+def data_files(checkpoint):
+    folder = os.path.join(checkpoint, "state", "data")
+    return [os.path.join(folder, name) for name in sorted(os.listdir(folder))]
+
+
+def shared_with(checkpoint, earlier) -> int:
+    """Bytes of ``checkpoint``'s data files that are files of ``earlier``."""
+    inodes = {os.stat(f).st_ino for f in data_files(earlier)}
+    return sum(os.stat(f).st_size for f in data_files(checkpoint)
+               if os.stat(f).st_ino in inodes)
+
+
+def written(checkpoint) -> int:
+    """Bytes of ``checkpoint``'s data files that no other name shares."""
+    return sum(os.stat(f).st_size for f in data_files(checkpoint) if os.stat(f).st_nlink == 1)
+
+
+def assert_loads(checkpoint, expected):
+    loaded = sk.load(checkpoint, jax.tree.map(lambda a: a, expected))
+    for name in expected:
+        assert_same_bits(loaded[name], expected[name])
+
+
+def test_an_unchanged_array_is_linked_and_survives_its_base(tmp_path, state, mesh):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    sk.save(a, state)
+    state = {**state, "adapter": state["adapter"] + 1}  # the adapter trains, the rest is frozen
+    sk.save(b, state, base=a)
+
+    frozen_bytes = state["frozen"].nbytes
+    assert shared_with(b, a) >= frozen_bytes
+    assert written(b) < frozen_bytes / 4  # the adapter's bytes, not the frozen ones
+    shutil.rmtree(a)
+    assert_loads(b, state)
+
+
+def test_a_new_array_with_the_same_values_is_written(tmp_path, state):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    sk.save(a, state)
+    copied = {**state, "frozen": state["frozen"] + 0}  # equal values, another array
+    sk.save(b, copied, base=a)
+    assert shared_with(b, a) == 0
+    shutil.rmtree(a)
+    assert_loads(b, copied)
+
+
+def test_loaded_arrays_are_taken_from_where_they_were_loaded(tmp_path, state):
+    a, b, c = (str(tmp_path / n) for n in "abc")
+    sk.save(a, state)
+    restored = sk.load(a, state)  # as a resumed run gets its state
+    sk.save(b, restored, base=a)
+    assert shared_with(b, a) >= state["frozen"].nbytes
+
+    # Loaded with a cast, the values differ from what is stored: written.
+    cast = sk.load(a, {"frozen": jax.ShapeDtypeStruct(state["frozen"].shape, jnp.bfloat16,
+                                                      sharding=state["frozen"].sharding),
+                       "adapter": state["adapter"]},
+                   options=sk.Options(allow_lossy_cast=True))
+    sk.save(c, cast, base=a)
+    assert shared_with(c, a) == 0
+    shutil.rmtree(a)
+    assert_loads(b, state)
+    assert_loads(c, cast)
+
+
+def test_async_saves_reuse_once_their_base_has_committed(tmp_path, state):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    sk.save_async(a, state).result()
+    sk.save_async(b, state, base=a).result()
+    assert shared_with(b, a) >= state["frozen"].nbytes
+    shutil.rmtree(a)
+    assert_loads(b, state)
+
+
+def test_a_replaced_base_is_not_taken_from(tmp_path, state, mesh):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    sk.save(a, state)
+    other = {"frozen": sharded(np.ones((ROWS, COLS), np.float32), mesh),
+             "adapter": state["adapter"]}
+    sk.save(a, other, force=True)  # a no longer holds state["frozen"]
+    sk.save(b, state, base=a)
+    assert shared_with(b, a) == 0
+    shutil.rmtree(a)
+    assert_loads(b, state)
+
+
+def test_a_missing_base_is_named(tmp_path, state):
+    with pytest.raises(sk.NotFoundError, match="nowhere"):
+        sk.save(str(tmp_path / "b"), state, base=str(tmp_path / "nowhere"))
+
+
+def test_the_base_of_a_force_save_may_be_its_own_path(tmp_path, state):
+    latest = str(tmp_path / "latest")
+    sk.save(latest, state)
+    state = {**state, "adapter": state["adapter"] * 2}
+    sk.save(latest, state, base=latest, force=True)
+    # The old checkpoint's folder is gone; its frozen bytes live on in the new one.
+    assert_loads(latest, state)
+    assert sum(os.stat(f).st_size for f in data_files(latest)) >= state["frozen"].nbytes
+
+
+class LoraModel(nnx.Module):
+    """Two 1024-wide layers with rank-8 LoRA adapters."""
+
+    def __init__(self, rngs):
+        self.l1 = nnx.LoRALinear(COLS, COLS, lora_rank=8, rngs=rngs)
+        self.l2 = nnx.LoRALinear(COLS, 4, lora_rank=8, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(jax.nn.relu(self.l1(x)))
+
+
+def test_a_lora_fine_tune_under_a_manager_writes_only_what_trains(tmp_path):
+    """Flax NNX LoRA with optax, frozen base split off as a jit argument:
+    after the first step, each save writes the adapters and their Adam
+    moments; retention deletes steps whose data later steps link, and
+    every kept step still loads bit for bit, as does a resumed run's."""
+    model = LoraModel(nnx.Rngs(0))
+    graphdef, lora, frozen = nnx.split(model, nnx.LoRAParam, ...)
+    optimizer = optax.adam(1e-2)
+    opt_state = optimizer.init(lora)
+
+    @jax.jit
+    def train_step(lora, opt_state, frozen, x, y):
+        def loss(lora):
+            out = nnx.merge(graphdef, lora, frozen)(x)
+            return jnp.mean((out - y) ** 2)
+        grads = jax.grad(loss)(lora)
+        updates, opt_state = optimizer.update(grads, opt_state, lora)
+        return optax.apply_updates(lora, updates), opt_state
+
+    root = str(tmp_path / "run")
+    frozen_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(frozen))
+    trained_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves((lora, opt_state)))
+    kept = {}
+    with sk.CheckpointManager(root, keep_last=2) as manager:
+        for step in range(1, 6):
+            x = jnp.full((2, COLS), step / 10.0)
+            lora, opt_state = train_step(lora, opt_state, frozen, x, jnp.ones((2, 4)))
+            items = sk.Checkpointables(frozen=nnx.to_pure_dict(frozen),
+                                       lora=nnx.to_pure_dict(lora), opt=opt_state)
+            manager.save(step, items)
+            manager.wait()
+            kept[step] = jax.tree.map(np.asarray, dict(items))
+            step_dir = os.path.join(root, f"{step:09d}")
+            new_bytes = sum(os.stat(os.path.join(folder, f)).st_size
+                            for part in ("frozen", "lora", "opt")
+                            for folder in [os.path.join(step_dir, part, "data")]
+                            for f in os.listdir(folder)
+                            if os.stat(os.path.join(folder, f)).st_nlink == 1)
+            if step > 1:
+                assert new_bytes < trained_bytes + frozen_bytes / 10, (step, new_bytes)
+        assert manager.all_steps() == [4, 5]
+        for step in (4, 5):
+            loaded = manager.load(step, sk.Checkpointables())
+            for name in ("frozen", "lora", "opt"):
+                got, want = jax.tree.leaves(loaded[name]), jax.tree.leaves(kept[step][name])
+                assert len(got) == len(want)
+                for g, w in zip(got, want):
+                    assert_same_bits(g, w)
+
+    # A resumed run: the loaded frozen params are known to be in step 5.
+    with sk.CheckpointManager(root, keep_last=2) as manager:
+        target = sk.Checkpointables(frozen=nnx.to_pure_dict(frozen),
+                                    lora=nnx.to_pure_dict(lora), opt=opt_state)
+        step, restored = manager.restore(target)
+        assert step == 5
+        manager.save(6, restored)
+        manager.wait()
+        step6 = os.path.join(root, f"{6:09d}", "frozen")
+        step5 = os.path.join(root, f"{5:09d}", "frozen")
+        inodes5 = {os.stat(os.path.join(step5, "data", f)).st_ino
+                   for f in os.listdir(os.path.join(step5, "data"))}
+        assert any(os.stat(os.path.join(step6, "data", f)).st_ino in inodes5
+                   for f in os.listdir(os.path.join(step6, "data")))
+
+
+def test_on_an_object_store_unchanged_arrays_are_copied_from_the_base(s3, state):
+    """No links there: the save reads the base's chunks (no device-to-host
+    copy) and writes them; the new checkpoint holds its own copy."""
+    a, b = s3.url("ft/a"), s3.url("ft/b")
+    sk.save(a, state)
+    state = {**state, "adapter": state["adapter"] - 1}
+    sk.save(b, state, base=a)
+    _core.delete_checkpoint(a, sk.Options().to_core())
+    assert_loads(b, state)
+
+
+def test_a_base_in_another_storage_is_refused(tmp_path, s3, state):
+    local = str(tmp_path / "a")
+    sk.save(local, state)
+    with pytest.raises(sk.InvalidArgumentError, match="another storage"):
+        sk.save(s3.url("b"), state, base=local)
+
+
+def test_a_base_still_being_written_is_no_base_yet(tmp_path, state):
+    """A loop of async saves, each naming the one before while it may still
+    be writing: nothing fails; what cannot be known is written."""
+    paths = [str(tmp_path / f"s{i}") for i in range(4)]
+    futures = [sk.save_async(paths[0], state)]
+    for earlier, path in zip(paths, paths[1:]):
+        futures.append(sk.save_async(path, state, base=earlier))
+    for future in futures:
+        future.result()
+    for path in paths:
+        assert_loads(path, state)
