@@ -37,6 +37,17 @@ class EarlierCheckpoints {
     return found->second;
   }
 
+  // The leaves of pytree `from.checkpointable` there, decoded once per save.
+  Result<const PytreeInfo*> Tree(CheckpointReader& reader, const StoredIn& from) {
+    const auto key = std::make_pair(from.checkpoint, from.checkpointable);
+    auto found = trees_.find(key);
+    if (found == trees_.end()) {
+      SK_ASSIGN_OR_RETURN(PytreeInfo tree, reader.Pytree(from.checkpointable));
+      found = trees_.emplace(key, std::move(tree)).first;
+    }
+    return &found->second;
+  }
+
   // This save's number for `file` once linked into its data folder, or
   // nullopt when the storage cannot link (then it never tries again).
   Result<std::optional<uint32_t>> Link(const std::string& file) {
@@ -60,14 +71,14 @@ class EarlierCheckpoints {
   const std::string dir_;
   const int process_;
   std::map<std::string, std::shared_ptr<CheckpointReader>> readers_;
+  std::map<std::pair<std::string, std::string>, PytreeInfo> trees_;
   std::map<std::string, uint32_t> linked_;
   bool can_link_ = true;
 };
 
 // The position of `from.leaf_path` in the earlier checkpoint, checked to be
 // an array of `dtype` holding `box`.
-Result<uint32_t> FindLeaf(CheckpointReader& reader, const StoredIn& from, const ShardData& shard) {
-  SK_ASSIGN_OR_RETURN(PytreeInfo tree, reader.Pytree(from.checkpointable));
+Result<uint32_t> FindLeaf(const PytreeInfo& tree, const StoredIn& from, const ShardData& shard) {
   const LeafInfo* leaf = tree.Find(from.leaf_path);
   const std::string where = "leaf '" + from.leaf_path + "' of '" + from.checkpointable +
                             "' in " + from.checkpoint;
@@ -135,7 +146,8 @@ Result<ReusedShards> ReuseStoredShards(const std::shared_ptr<Storage>& storage,
     }
     const StoredIn& from = *shard.stored_in;
     SK_ASSIGN_OR_RETURN(std::shared_ptr<CheckpointReader> reader, earlier.Open(from));
-    SK_ASSIGN_OR_RETURN(uint32_t stored_leaf, FindLeaf(*reader, from, shard));
+    SK_ASSIGN_OR_RETURN(const PytreeInfo* tree, earlier.Tree(*reader, from));
+    SK_ASSIGN_OR_RETURN(uint32_t stored_leaf, FindLeaf(*tree, from, shard));
     SK_ASSIGN_OR_RETURN(std::vector<LeafChunk> chunks,
                         reader->Chunks(from.checkpointable, stored_leaf));
     // The chunks that meet the box tile it (as they tile the leaf) when
