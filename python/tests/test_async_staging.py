@@ -252,3 +252,29 @@ def test_a_kept_plan_maps_shared_and_unsorted_leaves_by_their_paths(tmp_path):
     assert (loaded["a"], loaded["b"], loaded["z"], loaded["y"]) == (2, 1, None, None)
     assert_same_bits(loaded["q"], np.arange(3, dtype=np.int32))
     assert_same_bits(loaded["p"], np.arange(3, dtype=np.int32) + 1)
+
+
+def test_no_garbage_collection_runs_in_the_blocking_phase(tmp_path):
+    # Staging a tree of many leaves allocates thousands of tracked objects
+    # (a buffer view per leaf until its copy replaces it); a collection set
+    # off among them would walk the training script's whole heap while
+    # training waits.
+    import gc
+    tree = {f"leaf_{i}": jnp.full(64, i, jnp.float32) for i in range(1500)}
+    collections = []
+
+    def note(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    sk.save_async(tmp_path / "warm", tree).result()  # plans and leases once
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        for i in range(3):
+            future = sk.save_async(tmp_path / f"ckpt_{i}", tree)
+            blocked = list(collections)
+            future.result()
+            assert blocked == [], f"save {i}: collections of generations {blocked}"
+    finally:
+        gc.callbacks.remove(note)

@@ -115,8 +115,9 @@ class LocalTier:
         self._last_started = step
         started = time.monotonic()
         self._drop_from(step)
-        staged = save_lib.stage_parts(items, self._options)
-        parts, lease = staged.parts, save_lib.stage_copies(staged, self._options)
+        staged, lease = save_lib.stage_parts(items, self._options, own_copies=True)
+        assert lease is not None  # own_copies
+        parts = staged.parts
         try:
             header, buffers = local_slices.describe(parts)
         except BaseException:

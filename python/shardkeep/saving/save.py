@@ -178,8 +178,7 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, base, 
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
-    staged = stage_parts(items, options, _base_of(base, options))
-    lease = stage_copies(staged, options) if own_copies else None
+    staged, lease = stage_parts(items, options, _base_of(base, options), own_copies=own_copies)
     start = _starter(path, staged.parts, step=step, custom_metadata_json=custom_metadata_json,
                      metrics_json=metrics_json, force=force, options=options,
                      coordinator=coordinator)
@@ -228,15 +227,23 @@ class Staged:
 
 
 def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
-                base: staging.Base | None = None) -> Staged:
+                base: staging.Base | None = None, *, own_copies: bool
+                ) -> tuple[Staged, staging_pool.Lease | None]:
     """The ``_core.start_save`` parts of ``items``: this process's shards
     (the boxes it writes in a save of the whole job), staged; the arrays
     stored in ``base`` as they are are named, not staged.
 
-    The aliased shards must be written before the caller's arrays change,
-    or copied first (``stage_copies``).
+    With ``own_copies``, the shards that alias the caller's memory are
+    copied into one staging buffer (see ``shardkeep.saving.staging_pool``),
+    whose lease is returned: the caller may then donate, delete or
+    overwrite its arrays. Without, those shards must be written before the
+    arrays change.
     """
     staged = Staged([], [], {})
+    # Thousands of small objects: no collection in the blocking phase. One
+    # pause spans the copies too: until they replace the aliased shards'
+    # data, each holds a buffer view of a caller's array (GC-tracked), and
+    # re-enabling in between sets off a collection that walks them all.
     with gc_paused():
         for name, value in items.items():
             checkpointables.check_name(name)
@@ -250,26 +257,24 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
                                                shards=tree.shards))
             staged.aliased += tree.aliased
             staged.arrays[name] = tree.arrays
-    return staged
+        return staged, (_copy_aliased(staged.aliased, options) if own_copies else None)
 
 
-def stage_copies(staged: Staged, options: options_lib.Options) -> staging_pool.Lease:
-    """Points the shards that alias the caller's memory at copies in one
-    staging buffer (see ``shardkeep.saving.staging_pool``), so that the caller may
-    donate, delete or overwrite its arrays once the blocking phase returns."""
-    with gc_paused():  # thousands of small objects: no collection in the blocking phase
-        sources = [_host_array(shard) for shard in staged.aliased]
-        lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
-                                   reuse=options.reuse_staging_memory)
-        try:
-            copies = [lease.carve(s.nbytes) for s in sources]
-            host_memory.copy_all(sources, copies)
-        except BaseException:
-            lease.give_back()
-            raise
-        for shard, copy in zip(staged.aliased, copies):
-            shard.data = copy
-        return lease
+def _copy_aliased(aliased: list[_core.Shard], options: options_lib.Options
+                  ) -> staging_pool.Lease:
+    """Points ``aliased`` at copies in one staging buffer; returns its lease."""
+    sources = [_host_array(shard) for shard in aliased]
+    lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
+                               reuse=options.reuse_staging_memory)
+    try:
+        copies = [lease.carve(s.nbytes) for s in sources]
+        host_memory.copy_all(sources, copies)
+    except BaseException:
+        lease.give_back()
+        raise
+    for shard, copy in zip(aliased, copies):
+        shard.data = copy
+    return lease
 
 
 def start_single_process_async(path, parts: list[_core.SavePart], *, options: options_lib.Options,
