@@ -100,3 +100,13 @@ def wait_for_all() -> None:
         # No Python runs on the queue's threads after this, as the
         # interpreter shuts down.
         _queue.close()
+        _forget_queue()
+
+
+def _forget_queue() -> None:
+    """Drops the closed queue's Python object (its core queue lives on for
+    saves left running): held by this module until the interpreter's end,
+    nanobind would report it as leaked on every exit."""
+    global _queue
+    with _lock:
+        _queue = None
