@@ -213,15 +213,34 @@ def test_a_lora_fine_tune_under_a_manager_writes_only_what_trains(tmp_path):
                    for f in os.listdir(os.path.join(step6, "data")))
 
 
-def test_on_an_object_store_unchanged_arrays_are_copied_from_the_base(s3, state):
-    """No links there: the save reads the base's chunks (no device-to-host
-    copy) and writes them; the new checkpoint holds its own copy."""
+def test_on_an_object_store_unchanged_arrays_are_copied_on_the_server(s3, state):
+    """No links there: the base's data files are copied by the server
+    (CopyObject), no byte of them through this host; the new checkpoint
+    holds its own copy, whole without the base."""
     a, b = s3.url("ft/a"), s3.url("ft/b")
     sk.save(a, state)
     state = {**state, "adapter": state["adapter"] - 1}
+    read_before = _core.storage_bytes_read()
     sk.save(b, state, base=a)
+    assert _core.storage_bytes_read() - read_before < 64 << 10  # metadata only
     _core.delete_checkpoint(a, sk.Options().to_core())
     assert_loads(b, state)
+
+
+def test_a_manager_on_an_object_store_copies_unchanged_arrays_on_the_server(s3, state):
+    root = s3.url("ft/run")
+    with sk.CheckpointManager(root, keep_last=1) as manager:
+        manager.save(1, state)
+        manager.wait()
+        state = {**state, "adapter": state["adapter"] + 1}
+        read_before = _core.storage_bytes_read()
+        manager.save(2, state)
+        manager.wait()
+        assert _core.storage_bytes_read() - read_before < 64 << 10  # metadata only
+        assert manager.all_steps() == [2]  # step 1, the base, deleted
+        loaded = manager.load(2, jax.tree.map(lambda a: a, state))
+    for name in state:
+        assert_same_bits(loaded[name], state[name])
 
 
 def test_a_base_in_another_storage_is_refused(tmp_path, s3, state):

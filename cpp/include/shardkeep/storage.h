@@ -101,14 +101,17 @@ class Storage {
     (void)b;
     return false;
   }
-  // Makes `to` a second name of the file `from`, sharing its bytes (a hard
-  // link): a save reuses an earlier checkpoint's data file this way
-  // instead of writing its bytes again. Files shardkeep writes are never
-  // changed once written, so the two names never differ; deleting one
-  // leaves the other whole. AlreadyExists when `to` exists; NotFound when
-  // `from` does not. Returns false, changing nothing, where the backend or
-  // the file system under these paths cannot link (another file system,
-  // one without hard links); the caller then copies. The default never can.
+  // Makes `to` a file with the bytes of the file `from` without passing
+  // them through this host: a hard link on a file system (the bytes are
+  // shared), a server-side copy in an object store. A save reuses an
+  // earlier checkpoint's data file this way instead of writing its bytes
+  // again. Files shardkeep writes are never changed once written, so the
+  // two never differ; deleting one leaves the other whole. AlreadyExists
+  // when `to` exists; NotFound when `from` does not. Returns false,
+  // changing nothing, where the backend or the file system under these
+  // paths cannot (another file system, one without hard links, an object
+  // past one copy request's limit); the caller then copies. The default
+  // never can.
   virtual Result<bool> Link(const std::string& from, const std::string& to) {
     (void)from;
     (void)to;

@@ -31,8 +31,9 @@ struct ReusedShards {
 // of its leaf that meet its box all lie inside it (they then tile it:
 // the earlier checkpoint's chunks tile the leaf) and `storage` can link;
 // otherwise it is read. Linking a file links every chunk in it, including
-// those of other leaves: the space is shared, not copied, so that costs
-// nothing until the earlier checkpoint is deleted.
+// those of other leaves: on a file system the space is shared, so that
+// costs nothing until the earlier checkpoint is deleted; an object store
+// copies the file on the server.
 Result<ReusedShards> ReuseStoredShards(const std::shared_ptr<Storage>& storage,
                                        const std::string& dir, int process_index,
                                        const std::vector<ShardData>& shards,

@@ -353,6 +353,29 @@ TEST_P(StorageConformanceTest, ExchangeWithMissingIsNotFoundOrUnsupported) {
   EXPECT_TRUE(exists);
 }
 
+// A link is a second file with the first's bytes, whole on its own: it
+// outlives the deletion of the first. A backend that cannot link says so
+// and creates nothing.
+TEST_P(StorageConformanceTest, LinkMakesAFileThatOutlivesItsSourceOrNothing) {
+  const std::string data = TestBytes(100000, 3);
+  SK_ASSERT_OK(storage_->CreateDir(Path("a")));
+  SK_ASSERT_OK(storage_->CreateDir(Path("b")));
+  SK_ASSERT_OK(storage_->WriteAll(Path("a/data"), data, /*sync=*/true));
+  SK_ASSERT_OK_AND_ASSIGN(bool linked, storage_->Link(Path("a/data"), Path("b/data")));
+  SK_ASSERT_OK_AND_ASSIGN(bool exists, storage_->Exists(Path("b/data")));
+  EXPECT_EQ(exists, linked);
+  if (!linked) return;
+  const Result<bool> again = storage_->Link(Path("a/data"), Path("b/data"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status().ToString();
+  const Result<bool> missing = storage_->Link(Path("a/missing"), Path("b/other"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+  SK_ASSERT_OK(storage_->DeleteRecursive(Path("a")));
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("b/data")));
+  EXPECT_TRUE(content == data);
+}
+
 TEST_P(StorageConformanceTest, CreateDirCreatesParentsAndIsIdempotent) {
   SK_ASSERT_OK(storage_->CreateDir(Path("a/b/c")));
   SK_ASSERT_OK(storage_->CreateDir(Path("a/b/c")));

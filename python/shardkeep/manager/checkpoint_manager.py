@@ -127,11 +127,12 @@ class CheckpointManager:
     ``restore`` resumes from the newest step either tier can rebuild (see
     ``shardkeep.manager.checkpoint_manager.local_tier`` and docs/MANAGER.md, "Local tier").
 
-    With ``reuse_unchanged`` (the default on a file-system root), each save
-    takes the arrays that have not changed since the latest committed step
-    (the same ``jax.Array`` objects saved there, or loaded from there) from
-    that step instead of writing them again: the new step links its data
-    files, and stays whole when that step is deleted (see
+    With ``reuse_unchanged`` (the default), each save takes the arrays that
+    have not changed since the latest committed step (the same
+    ``jax.Array`` objects saved there, or loaded from there) from that step
+    instead of writing them again: the new step links its data files (on
+    an object store, the server copies them), and stays whole when that
+    step is deleted (see
     ``shardkeep.save``'s ``base`` and docs/INCREMENTAL.md). The step being
     reused is not deleted before the save that reuses it has ended.
 
@@ -149,12 +150,9 @@ class CheckpointManager:
                  save_interval_steps: int = 1, async_save: bool = True,
                  options: options_lib.Options | None = None, step_width: int = 9,
                  local_root=None, local_save_interval_steps: int | None = None,
-                 local_keep_last: int = 2, reuse_unchanged: bool | None = None):
+                 local_keep_last: int = 2, reuse_unchanged: bool = True):
         self._root = _root_url(root)
-        # Off on object stores unless asked for: they cannot link, so the
-        # unchanged bytes would be downloaded and uploaded again.
-        self._reuse = (_core.local_file_path(self._root) is not None
-                       if reuse_unchanged is None else bool(reuse_unchanged))
+        self._reuse = bool(reuse_unchanged)
         _check_positive_int("save_interval_steps", save_interval_steps)
         _check_positive_int("step_width", step_width)
         if local_root is None and local_save_interval_steps is not None:

@@ -281,6 +281,30 @@ Status S3Client::PutObject(const std::string& key,
   return Execute(request).status();
 }
 
+Status S3Client::CopyObject(const std::string& from,
+                            const std::string& to) const {
+  S3Request request;
+  request.operation = "CopyObject";
+  request.method = "PUT";
+  request.key = to;
+  request.headers = {{"x-amz-copy-source",
+                      "/" + bucket_ + "/" + UriEncode(from, /*keep_slash=*/true)}};
+  // A copy that fails once begun is answered 200 with an Error document.
+  request.error_in_answer =
+      [](const HttpResponse& response) -> std::optional<ErrorDocument> {
+    Result<ErrorDocument> error = DecodeErrorDocument(response.body, "");
+    if (error.ok()) return std::move(error).value();
+    return std::nullopt;
+  };
+  request.handled_statuses = {404};
+  SK_ASSIGN_OR_RETURN(S3Answer answer, Execute(request));
+  if (answer.response.status == 404) {
+    return NotFoundError("CopyObject " + Url(from) + " to " + Url(to) + ": " +
+                         Url(from) + " does not exist");
+  }
+  return Status::Ok();
+}
+
 Status S3Client::DeleteObject(const std::string& key) const {
   S3Request request;
   request.operation = "DeleteObject";

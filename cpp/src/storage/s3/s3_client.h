@@ -28,6 +28,8 @@ namespace shardkeep::s3 {
 
 // Default of S3Overrides::timeout_s.
 inline constexpr double kDefaultTimeoutS = 600;
+// The largest object one CopyObject request may copy (5 GiB).
+inline constexpr uint64_t kMaxCopyObjectBytes = uint64_t{5} << 30;
 
 struct RetryClock {
   std::function<double()> now_s;              // a monotonic clock
@@ -95,6 +97,10 @@ class S3Client {
   // The object's size; nullopt when it does not exist (404).
   Result<std::optional<uint64_t>> HeadObject(const std::string& key) const;
   Status PutObject(const std::string& key, std::string_view data) const;
+  // Copies the object `from` to `to` on the server: no byte passes through
+  // this host. NotFound when `from` does not exist. One request copies at
+  // most kMaxCopyObjectBytes (S3's limit).
+  Status CopyObject(const std::string& from, const std::string& to) const;
   Status DeleteObject(const std::string& key) const;
   // Deletes up to 1000 keys in one DeleteObjects request.
   Status DeleteObjects(const std::vector<std::string>& keys) const;

@@ -172,6 +172,21 @@ class S3Storage final : public Storage {
     return names;
   }
 
+  // A server-side copy: the new checkpoint's object is whole on its own,
+  // and its bytes never pass through this host. Objects past one
+  // CopyObject's limit are left to the caller (it reads and writes them).
+  Result<bool> Link(const std::string& from, const std::string& to) override {
+    SK_ASSIGN_OR_RETURN(const std::string from_key, ObjectKey(from));
+    SK_ASSIGN_OR_RETURN(const std::string to_key, ObjectKey(to));
+    SK_ASSIGN_OR_RETURN(std::optional<uint64_t> size, client_->HeadObject(from_key));
+    if (!size) return NotFoundError(client_->Url(from_key) + " does not exist");
+    if (*size > kMaxCopyObjectBytes) return false;
+    SK_ASSIGN_OR_RETURN(std::optional<uint64_t> existing, client_->HeadObject(to_key));
+    if (existing) return AlreadyExistsError(client_->Url(to_key) + " exists already");
+    SK_RETURN_IF_ERROR(client_->CopyObject(from_key, to_key));
+    return true;
+  }
+
   Status CreateDir(const std::string& dir) override {
     (void)dir;  // directories are key prefixes; nothing to create
     return Status::Ok();
