@@ -189,7 +189,7 @@ class TorchLoop:
         import torch
         self.torch = torch
         self.state = tools.state_for(tool, workload, scale)
-        self.tensors = list(_tensors(self.state))
+        self.tensors = list(tensors(self.state))
         self.paths = check_paths(workload, scale)
 
     def step(self):
@@ -211,9 +211,10 @@ class TorchLoop:
                    for path, value in expected.items())
 
 
-def _tensors(tree):
+def tensors(tree):
+    """The leaves of a nested dict of tensors, in its order."""
     if isinstance(tree, dict):
         for value in tree.values():
-            yield from _tensors(value)
+            yield from tensors(value)
     else:
         yield tree

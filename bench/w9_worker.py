@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import page_cache  # noqa: E402
+from training_loop import tensors  # noqa: E402
 import workloads  # noqa: E402
 
 TOOLS = ("shardkeep", "shardkeep-whole", "shardkeep-trainable", "orbax", "dcp",
@@ -250,19 +251,11 @@ def torch_state(scale: str):
     return base, trainable
 
 
-def _tensors(tree):
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _tensors(value)
-    else:
-        yield tree
-
-
 def torch_update(trainable) -> None:
     import torch
     with torch.no_grad():
-        for a, m, v in zip(_tensors(trainable["adapters"]), _tensors(trainable["opt"]["mu"]),
-                           _tensors(trainable["opt"]["nu"])):
+        for a, m, v in zip(tensors(trainable["adapters"]), tensors(trainable["opt"]["mu"]),
+                           tensors(trainable["opt"]["nu"])):
             g = torch.sin(a) * 1e-3
             m.mul_(0.9).add_(0.1 * g)
             v.mul_(0.999).add_(0.001 * g * g)
@@ -291,14 +284,14 @@ def run_dcp(tool_name: str, scale: str, root: str, drop_caches: bool) -> dict:
     path = os.path.join(root, str(SAVES))
     saved = trainable if trainable_only else {**base, **trainable}
     target = copy.deepcopy(saved)
-    for t in _tensors(target):
+    for t in tensors(target):
         t.zero_()
 
     def load():
         dcp.load(target, checkpoint_id=path)
         return target
     loads = _loads(load, path, drop_caches)
-    ok = all(a.equal(b) for a, b in zip(_tensors(load()), _tensors(saved)))
+    ok = all(a.equal(b) for a, b in zip(tensors(load()), tensors(saved)))
     return {"saves": saves, "loads": loads, "verified": ok}
 
 
