@@ -189,6 +189,7 @@ struct LeafBox {
 // threads call chunk by chunk.
 struct PyShard : LeafBox {
   nb::object data;
+  nb::object compare_with = nb::none();  // a StoredIn or None (ShardData::compare_with)
 };
 
 // _core.ReadRequest: a box to read, cast to `dtype`, into `buffer` (a flat
@@ -452,17 +453,23 @@ ShardData SourceShard(const PyShard& shard, const std::string& part) {
   return data;
 }
 
-// A shard whose bytes are stored in an earlier checkpoint of the save's
-// storage (ShardData::stored_in).
-ShardData StoredShard(const PyShard& shard, const std::string& url, const Options& options) {
-  StoredIn stored = nb::cast<StoredIn>(shard.data);
+// `place` (a StoredIn) with its checkpoint as a path of the save's storage;
+// InvalidArgument when it is in another storage.
+StoredIn InSaveStorage(nb::handle place, const std::string& url, const Options& options) {
+  StoredIn stored = nb::cast<StoredIn>(place);
   if (StorageOf(stored.checkpoint) != StorageOf(url)) {
     Raise(InvalidArgumentError("the save to " + url + " cannot reuse the arrays of " +
                                stored.checkpoint + ": it is in another storage"));
   }
   stored.checkpoint = Locate(stored.checkpoint, options).path;
+  return stored;
+}
+
+// A shard whose bytes are stored in an earlier checkpoint of the save's
+// storage (ShardData::stored_in).
+ShardData StoredShard(const PyShard& shard, const std::string& url, const Options& options) {
   ShardData data{shard.leaf, shard.dtype, shard.ToBox(), nullptr};
-  data.stored_in = std::move(stored);
+  data.stored_in = InSaveStorage(shard.data, url, options);
   return data;
 }
 
@@ -488,7 +495,11 @@ CheckpointablePayload ParsePart(const PySavePart& part, const std::string& url,
     Box box = shard.ToBox();
     CheckBufferSize(bytes.size(), box, shard.dtype, "shard data");
     borrowed.append(shard.data);
-    payload.shards.push_back({shard.leaf, shard.dtype, std::move(box), bytes.data()});
+    ShardData& data = payload.shards.emplace_back(
+        ShardData{shard.leaf, shard.dtype, std::move(box), bytes.data()});
+    if (!shard.compare_with.is_none()) {
+      data.compare_with = InSaveStorage(shard.compare_with, url, options);
+    }
   }
   return payload;
 }
@@ -1116,7 +1127,7 @@ NB_MODULE(_core, m) {
                        " checkpointable in the checkpoint at checkpoint (a path or URL in"
                        " the save's storage), committed by the save whose commit record"
                        " says created_ns. As a Shard's data, the save takes its chunks"
-                       " from there.")
+                       " from there; as its compare_with, where they hold the same bytes.")
       .def(nb::init<std::string, std::string, std::string, int64_t>(), "checkpoint"_a,
            "checkpointable"_a, "leaf_path"_a, "created_ns"_a)
       .def_ro("checkpoint", &StoredIn::checkpoint)
@@ -1153,6 +1164,15 @@ NB_MODULE(_core, m) {
   LeafBoxAttributes(shard, "Shard");
   Attribute(shard, "data", kShardData, [](const PyShard& self) { return self.data; },
             [](PyShard& self, nb::handle v) { self.data = ShardDataOrTypeError(v); });
+  Attribute(
+      shard, "compare_with", "StoredIn | None",
+      [](const PyShard& self) { return self.compare_with; },
+      [](PyShard& self, nb::handle v) {
+        if (!v.is_none() && !nb::isinstance<StoredIn>(v)) {
+          RaiseFieldTypeError("Shard.compare_with must be a StoredIn or None", v);
+        }
+        self.compare_with = nb::borrow(v);
+      });
   shard.def("__repr__", [](const PyShard& self) { return "Shard(" + BoxRepr(self) + ")"; });
 
   nb::class_<PyReadRequest> read_request(

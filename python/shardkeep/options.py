@@ -48,6 +48,14 @@ class Options:
         of the state, held between saves. False: a save stages into fresh
         memory, freed when it finishes. ``shardkeep.release_staging_memory()``
         and ``CheckpointManager.close()`` free the kept memory.
+      compare_with_base: a save with a base (``base=``; under a manager,
+        the previous step) also compares the arrays not known to be stored
+        there (a numpy array, an array a function rebuilt with the same
+        values), jax or numpy, of at least 1 MiB: each chunk stored in the
+        base under the same key path is checked against the array's bytes
+        (its checksum, then the bytes read back) and linked where equal.
+        Costs a checksum of each such array in the background phase and a
+        read of the base's chunks that match (see docs/INCREMENTAL.md).
       broadcast_load: in a multi-process load, each box that several
         processes hold (a replicated mesh axis) is read from storage by one
         of them and sent to the others through JAX collectives, so storage
@@ -75,6 +83,7 @@ class Options:
     allow_lossy_cast: bool = False
     map_files: bool = True
     reuse_staging_memory: bool = True
+    compare_with_base: bool = False
     broadcast_load: bool | None = None
     s3: S3Settings | None = None
 

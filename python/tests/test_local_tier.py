@@ -123,6 +123,37 @@ def test_a_local_slice_is_a_checkpoint_of_its_own(tmp_path):
         assert dtype == "float32" and np.array_equal(box, expected[index])
 
 
+def _new_bytes(slice_path) -> int:
+    """Bytes of the slice's data files that no other name shares."""
+    files = [os.path.join(d, f) for d, _, names in os.walk(slice_path) if d.endswith("data")
+             for f in names]
+    return sum(os.stat(f).st_size for f in files if os.stat(f).st_nlink == 1)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_local_steps_link_the_boxes_that_did_not_change(tmp_path, reuse):
+    """The slices cross the peer exchange as bytes, so the tier compares
+    each box with its previous step's: a frozen array rebuilt every step
+    (equal values, a new array) is linked, and every kept step loads."""
+    mesh = _mesh()
+    frozen = jax.device_put(jnp.arange(1 << 20, dtype=jnp.float32).reshape(1024, 1024),
+                            NamedSharding(mesh, P()))
+    states = {step: {"frozen": frozen + 0, "w": _state(step, mesh)["w"]} for step in (1, 2, 3)}
+    with _manager(tmp_path, reuse_unchanged=reuse) as mgr:
+        for step, state in states.items():
+            mgr.save(step, state)
+            mgr.wait()
+        assert mgr.local_steps() == {0: [2, 3]}
+    later = _new_bytes(tmp_path / "local0" / "p0" / "000000003")
+    if reuse:
+        assert later < frozen.nbytes / 4
+    else:
+        assert later >= frozen.nbytes
+    with _manager(tmp_path) as mgr:
+        step, value = mgr.restore(states[1])
+    assert step == 3 and _equal(value, states[3])
+
+
 def test_restore_reshards_and_casts_from_the_local_tier(tmp_path):
     mesh = _mesh()
     with _manager(tmp_path) as mgr:

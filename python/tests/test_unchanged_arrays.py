@@ -82,6 +82,87 @@ def test_a_new_array_with_the_same_values_is_written(tmp_path, state):
     assert_loads(b, copied)
 
 
+COMPARE = sk.Options(compare_with_base=True)
+
+
+def test_equal_arrays_are_linked_where_the_save_compares_them(tmp_path, state):
+    a, b, c = (str(tmp_path / n) for n in "abc")
+    sk.save(a, state)
+    rebuilt = {"frozen": state["frozen"] + 0, "adapter": state["adapter"] + 1}
+    sk.save(b, rebuilt, base=a, options=COMPARE)
+    as_numpy = {"frozen": np.asarray(state["frozen"]), "adapter": np.asarray(rebuilt["adapter"])}
+    sk.save(c, as_numpy, base=a, options=COMPARE)  # one box, a's eight shards' chunks inside
+
+    frozen_bytes = state["frozen"].nbytes
+    for later in (b, c):
+        assert shared_with(later, a) >= frozen_bytes
+        assert written(later) < frozen_bytes / 4
+    shutil.rmtree(a)
+    assert_loads(b, rebuilt)
+    assert_loads(c, as_numpy)
+
+
+def test_compared_arrays_that_differ_are_written(tmp_path, state):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    sk.save(a, state)
+    # One element of one shard differs: that shard's chunks are written,
+    # the seven others still linked.
+    changed = {**state, "frozen": state["frozen"].at[ROWS - 1, COLS - 1].add(1.0)}
+    sk.save(b, changed, base=a, options=COMPARE)
+    frozen_bytes = state["frozen"].nbytes
+    assert frozen_bytes / 8 <= written(b) < frozen_bytes / 4
+    shutil.rmtree(a)
+    assert_loads(b, changed)
+
+
+def test_a_partly_frozen_linen_fine_tune_links_its_frozen_layer_when_comparing(tmp_path):
+    """A Linen MLP whose first layer optax freezes (multi_transform with
+    set_to_zero): the jitted step returns every parameter, the frozen ones
+    as new arrays with equal values. Comparing finds them; without, every
+    save writes them again."""
+    import flax.linen as nn
+    import flax.traverse_util
+
+    class Mlp(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            hidden = nn.relu(nn.Dense(COLS, name="hidden")(x))
+            return nn.Dense(4, name="out")(hidden)
+
+    model = Mlp()
+    params = model.init(jax.random.key(0), jnp.ones((2, COLS)))["params"]
+    labels = flax.traverse_util.path_aware_map(
+        lambda path, _: "frozen" if path[0] == "hidden" else "train", params)
+    optimizer = optax.multi_transform({"train": optax.adam(1e-2), "frozen": optax.set_to_zero()},
+                                      labels)
+
+    @jax.jit
+    def train_step(params, opt_state, x):
+        grads = jax.grad(lambda p: jnp.mean(model.apply({"params": p}, x) ** 2))(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    frozen_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(params["hidden"]))
+    for compare, most_written in ((True, frozen_bytes / 10), (False, None)):
+        root = str(tmp_path / f"compare_{compare}")
+        p, opt_state = params, optimizer.init(params)
+        options = sk.Options(compare_with_base=compare)
+        with sk.CheckpointManager(root, keep_last=2, options=options) as manager:
+            for step in range(1, 4):
+                p, opt_state = train_step(p, opt_state, jnp.full((2, COLS), step / 10.0))
+                manager.save(step, {"params": p, "opt": opt_state})
+                manager.wait()
+            new_bytes = written(os.path.join(root, f"{3:09d}"))
+            if most_written is not None:
+                assert new_bytes < most_written
+            else:
+                assert new_bytes >= frozen_bytes
+            state = {"params": p, "opt": opt_state}
+            loaded = manager.load(3, state)
+            for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(state), strict=True):
+                assert_same_bits(got, want)
+
+
 def test_loaded_arrays_are_taken_from_where_they_were_loaded(tmp_path, state):
     a, b, c = (str(tmp_path / n) for n in "abc")
     sk.save(a, state)

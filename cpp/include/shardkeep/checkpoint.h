@@ -61,6 +61,14 @@ struct ShardData {
   // NotFound when that checkpoint is gone or is no longer the one created
   // at `created_ns` (a forced save replaced it).
   std::optional<StoredIn> stored_in;
+  // With `data`: an earlier checkpoint whose box of this leaf may hold the
+  // same bytes (a leaf saved there under the same key path). Where the
+  // chunks stored there cover the box exactly, each has the checksum of
+  // the matching part of `data` and the same bytes when read back, and the
+  // storage can link, the save links them instead of writing `data`.
+  // Anything else (the checkpoint gone or replaced, the leaf absent or of
+  // another dtype or shape, one byte different) writes `data`.
+  std::optional<StoredIn> compare_with;
 };
 
 struct CheckpointablePayload {

@@ -1,7 +1,10 @@
 #include "engine/reuse.h"
 
+#include <cstring>
 #include <map>
 #include <optional>
+
+#include "engine/copy.h"
 
 namespace shardkeep::internal {
 namespace {
@@ -66,6 +69,10 @@ class EarlierCheckpoints {
     return std::optional<uint32_t>(number);
   }
 
+  // False once the storage has said it cannot link: comparing is then
+  // pointless, equal bytes would be written anyway.
+  bool can_link() const { return can_link_; }
+
  private:
   const std::shared_ptr<Storage> storage_;
   const std::string dir_;
@@ -113,6 +120,99 @@ Result<std::optional<std::vector<format::ChunkRecord>>> LinkChunks(
   return std::optional(std::move(records));
 }
 
+// The chunks of leaf `from.leaf_path` in the earlier checkpoint that tile
+// `shard`'s box, with the reader and the leaf's number there; nullopt where
+// there is no such leaf (absent, another dtype, a shape not holding the
+// box), the chunks reach outside the box, or the checkpoint cannot be
+// opened as the one created at `from.created_ns`.
+struct StoredChunks {
+  std::shared_ptr<CheckpointReader> reader;
+  uint32_t leaf = 0;
+  std::vector<LeafChunk> chunks;
+};
+
+std::optional<StoredChunks> ChunksTiling(EarlierCheckpoints& earlier, const StoredIn& from,
+                                         const ShardData& shard) {
+  Result<std::shared_ptr<CheckpointReader>> reader = earlier.Open(from);
+  if (!reader.ok()) return std::nullopt;
+  Result<const PytreeInfo*> tree = earlier.Tree(**reader, from);
+  if (!tree.ok()) return std::nullopt;
+  const LeafInfo* leaf = (*tree)->Find(from.leaf_path);
+  if (leaf == nullptr || leaf->kind != LeafKind::kArray || leaf->dtype != shard.dtype ||
+      !Contains(Box{std::vector<uint64_t>(leaf->shape.size(), 0), leaf->shape}, shard.box)) {
+    return std::nullopt;
+  }
+  Result<std::vector<LeafChunk>> chunks = (*reader)->Chunks(from.checkpointable, leaf->index);
+  if (!chunks.ok()) return std::nullopt;
+  StoredChunks out{*reader, leaf->index, {}};
+  for (LeafChunk& chunk : *chunks) {
+    if (!Intersect(chunk.box, shard.box)) continue;
+    if (!Contains(shard.box, chunk.box)) return std::nullopt;
+    out.chunks.push_back(std::move(chunk));
+  }
+  return out;
+}
+
+// Whether each of `stored.chunks` holds exactly the bytes of its box in
+// `shard.data`. The stored checksum turns most differences away without a
+// read (it is of the raw bytes where the chunk is not compressed); equal
+// checksums are confirmed byte for byte against the chunk read back (a
+// 64-bit hash is not a proof). A failed read counts as different: the
+// save then writes its own bytes.
+bool HoldsSameBytes(const StoredChunks& stored, const StoredIn& from, const ShardData& shard,
+                    const Options& options) {
+  const uint64_t item = DTypeSize(shard.dtype);
+  std::vector<uint8_t> ours;
+  std::vector<uint8_t> theirs;
+  for (const LeafChunk& chunk : stored.chunks) {
+    const uint64_t length = chunk.box.NumElements() * item;
+    const uint8_t* mine = shard.data + RowMajorOffset(chunk.box, shard.box) * item;
+    if (!IsContiguousIn(chunk.box, shard.box)) {
+      ours.resize(length);
+      CopyRegion(shard.data, shard.box, shard.dtype, ours.data(), chunk.box, shard.dtype,
+                 chunk.box);
+      mine = ours.data();
+    }
+    if (!chunk.compressed && chunk.range.checksum &&
+        ChunkChecksum(mine, length) != *chunk.range.checksum) {
+      return false;
+    }
+    theirs.resize(length);
+    ReadRequest request;
+    request.leaf = stored.leaf;
+    request.dtype = shard.dtype;
+    request.box = chunk.box;
+    request.dst = theirs.data();
+    if (!stored.reader->Read(from.checkpointable, {request}, options).ok() ||
+        std::memcmp(mine, theirs.data(), length) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The records of `shard`'s chunks linked from `shard.compare_with`, or
+// nullopt when they are not all there, equal, and linked.
+Result<std::optional<std::vector<format::ChunkRecord>>> LinkIfEqual(EarlierCheckpoints& earlier,
+                                                                  const ShardData& shard,
+                                                                  const Options& options) {
+  const StoredIn& from = *shard.compare_with;
+  if (!earlier.can_link()) return std::optional<std::vector<format::ChunkRecord>>();
+  std::optional<StoredChunks> stored = ChunksTiling(earlier, from, shard);
+
+  if (!stored || stored->chunks.empty() || !HoldsSameBytes(*stored, from, shard, options)) {
+    return std::optional<std::vector<format::ChunkRecord>>();
+  }
+  std::vector<const LeafChunk*> chunks;
+  for (const LeafChunk& chunk : stored->chunks) chunks.push_back(&chunk);
+  Result<std::optional<std::vector<format::ChunkRecord>>> linked =
+      LinkChunks(earlier, chunks, shard.leaf);
+  // A link that fails (the earlier checkpoint deleted meanwhile, by a
+  // retention that does not wait for a comparison) leaves the bytes to write.
+  if (!linked.ok()) return std::optional<std::vector<format::ChunkRecord>>();
+  return linked;
+}
+
 // `shard` with its bytes read from the earlier checkpoint, chunk by chunk
 // as the writers ask for them.
 ShardData ReadFrom(std::shared_ptr<CheckpointReader> reader, const StoredIn& from,
@@ -140,6 +240,16 @@ Result<ReusedShards> ReuseStoredShards(const std::shared_ptr<Storage>& storage,
   ReusedShards out;
   EarlierCheckpoints earlier(storage, dir, process_index);
   for (const ShardData& shard : shards) {
+    if (shard.compare_with && shard.data != nullptr && shard.box.NumElements() > 0) {
+      SK_ASSIGN_OR_RETURN(std::optional<std::vector<format::ChunkRecord>> linked,
+                          LinkIfEqual(earlier, shard, options));
+      if (linked) {
+        out.linked.insert(out.linked.end(), linked->begin(), linked->end());
+      } else {
+        out.to_write.push_back(shard);
+      }
+      continue;
+    }
     if (!shard.stored_in || shard.box.NumElements() == 0) {
       if (!shard.stored_in) out.to_write.push_back(shard);
       continue;

@@ -1,11 +1,13 @@
 // Saves that take unchanged arrays from an earlier checkpoint
-// (ShardData::stored_in): linked where the storage can, read otherwise, and
-// whole on their own once the earlier checkpoint is deleted.
+// (ShardData::stored_in, or compare_with where the bytes are equal): linked
+// where the storage can, read otherwise, and whole on their own once the
+// earlier checkpoint is deleted.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -55,7 +57,8 @@ class ReuseTest : public ::testing::TestWithParam<Backend> {
   // to `path`; `frozen_from`, when set, names the frozen leaf's place
   // instead of its bytes, in shards of `rows_per_shard` rows.
   SaveRequest Request(const std::string& path, std::optional<StoredIn> frozen_from,
-                      uint64_t rows_per_shard = kRows / 2) {
+                      uint64_t rows_per_shard = kRows / 2,
+                      std::optional<StoredIn> compare_frozen_with = std::nullopt) {
     SaveRequest request;
     request.path = prefix_ + path;
     CheckpointablePayload part = testdata::PytreePayload(
@@ -67,6 +70,7 @@ class ReuseTest : public ::testing::TestWithParam<Backend> {
         shard.data = nullptr;
         shard.stored_in = frozen_from;
       }
+      shard.compare_with = compare_frozen_with;
       part.shards.push_back(std::move(shard));
     }
     part.shards.push_back({1, DType::kFloat32, Box{{0}, {kCols}},
@@ -97,6 +101,17 @@ class ReuseTest : public ::testing::TestWithParam<Backend> {
     if (!reader.ok()) return out;
     SK_EXPECT_OK((*reader)->ReadLeaf("state", leaf, DType::kFloat32, out.data(), Options()));
     return out;
+  }
+
+  // The link count of each of `path`'s data files, by name (files only).
+  std::map<std::string, nlink_t> LinkCounts(const std::string& path) {
+    std::map<std::string, nlink_t> counts;
+    for (const auto& entry : std::filesystem::directory_iterator(prefix_ + path + "/state/data")) {
+      struct stat file;
+      EXPECT_EQ(::stat(entry.path().c_str(), &file), 0);
+      counts[entry.path().filename().string()] = file.st_nlink;
+    }
+    return counts;
   }
 
   std::filesystem::path root_;
@@ -171,6 +186,59 @@ TEST_P(ReuseTest, ALeafOfAnotherDtypeIsRefused) {
   Status refused = Save(Request("b", wrong));
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
   EXPECT_NE(refused.message().find("'adapter'"), std::string::npos) << refused.ToString();
+}
+
+TEST_P(ReuseTest, ComparedShardsWithTheSameBytesAreLinked) {
+  SK_ASSERT_OK(Save(Request("a", std::nullopt)));
+  // The same values in other memory: only a comparison can tell.
+  std::vector<float> original = frozen_;
+  frozen_ = std::vector<float>(original);
+  frozen_[kRows * kCols - 1] += 1.f;  // the second half of the rows differs
+  SK_ASSERT_OK(Save(Request("b", std::nullopt, kRows / 2, FrozenIn("a"))));
+
+  if (GetParam() == Backend::kFiles) {
+    // The first half (a's p0-0.bin holds its chunks) is linked; the second
+    // half and the adapter are written into files of b's own.
+    const std::map<std::string, nlink_t> counts = LinkCounts("b");
+    EXPECT_EQ(counts.at("p0-0.bin"), 2u);
+    int own = 0;
+    for (const auto& [name, links] : counts) own += links == 1;
+    EXPECT_GE(own, 1);
+  }
+  SK_ASSERT_OK(storage_->DeleteRecursive(prefix_ + "a"));
+  EXPECT_EQ(ReadLeaf("b", "frozen", kRows * kCols), frozen_);
+}
+
+TEST_P(ReuseTest, ComparedShardsThatDifferAreWritten) {
+  SK_ASSERT_OK(Save(Request("a", std::nullopt)));
+  for (float& value : frozen_) value *= 2.f;
+  SK_ASSERT_OK(Save(Request("b", std::nullopt, kRows / 2, FrozenIn("a"))));
+  if (GetParam() == Backend::kFiles) {
+    for (const auto& [name, links] : LinkCounts("b")) EXPECT_EQ(links, 1u) << name;
+  }
+  SK_ASSERT_OK(storage_->DeleteRecursive(prefix_ + "a"));
+  EXPECT_EQ(ReadLeaf("b", "frozen", kRows * kCols), frozen_);
+}
+
+TEST_P(ReuseTest, ComparingWithNothingComparableWrites) {
+  SK_ASSERT_OK(Save(Request("a", std::nullopt)));
+  StoredIn other_leaf = FrozenIn("a");
+  other_leaf.leaf_path = "adapter";  // does not hold the box
+  StoredIn absent_leaf = FrozenIn("a");
+  absent_leaf.leaf_path = "nothing";
+  StoredIn replaced = FrozenIn("a");
+  replaced.created_ns += 1;
+  StoredIn nowhere = FrozenIn("a");
+  nowhere.checkpoint = prefix_ + "nowhere";
+  int n = 0;
+  for (const StoredIn& place : {other_leaf, absent_leaf, replaced, nowhere}) {
+    const std::string path = "b" + std::to_string(n++);
+    SK_ASSERT_OK(Save(Request(path, std::nullopt, kRows / 2, place)));
+    EXPECT_EQ(ReadLeaf(path, "frozen", kRows * kCols), frozen_) << path;
+    if (GetParam() == Backend::kFiles) {
+      for (const auto& [name, links] : LinkCounts(path)) EXPECT_EQ(links, 1u) << path << name;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReuseTest,

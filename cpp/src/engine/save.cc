@@ -541,8 +541,10 @@ class SaveOperation {
     if (part.kind == "pytree") {
       const int process = coordinator_->process_index();
       internal::ByteLimiter limiter(options_.ResolvedHostMemoryLimit());
-      const bool reuses = std::any_of(part.shards.begin(), part.shards.end(),
-                                      [](const ShardData& s) { return s.stored_in.has_value(); });
+      const bool reuses =
+          std::any_of(part.shards.begin(), part.shards.end(), [](const ShardData& s) {
+            return s.stored_in.has_value() || s.compare_with.has_value();
+          });
       if (!reuses) {
         return internal::WriteShards(*storage_, dir, process, part.shards, options_, limiter,
                                      unsynced_)

@@ -26,6 +26,7 @@ import weakref
 from typing import Any
 
 import jax
+import numpy as np
 
 from .. import _core
 
@@ -107,6 +108,12 @@ def worth_remembering(value: Any) -> bool:
     at least ``MIN_BYTES`` (its shape and dtype decide, so a save plan can
     ask once)."""
     return isinstance(value, jax.Array) and value.nbytes >= MIN_BYTES
+
+
+def worth_comparing(value: Any) -> bool:
+    """Whether a save with ``Options.compare_with_base`` compares ``value``
+    with the base: a ``jax.Array`` or numpy array of at least ``MIN_BYTES``."""
+    return isinstance(value, (jax.Array, np.ndarray)) and value.nbytes >= MIN_BYTES
 
 
 def note_saved(arrays: list[tuple[str, jax.Array]], checkpoint: str, checkpointable: str,

@@ -135,6 +135,9 @@ class CheckpointManager:
     step is deleted (see
     ``shardkeep.save``'s ``base`` and docs/INCREMENTAL.md). The step being
     reused is not deleted before the save that reuses it has ended.
+    ``Options(compare_with_base=True)`` also links arrays rebuilt with
+    equal values, found by comparing. The local tier always compares each
+    box with its previous local step's (docs/MANAGER.md, "Local save").
 
     The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
     (configured by the environment or ``options.s3``, see
@@ -188,7 +191,8 @@ class CheckpointManager:
         if local_root is not None and local_save_interval_steps is not None:  # both, or neither
             self._local = local_tier.LocalTier(
                 local_root, interval=local_save_interval_steps, keep_last=local_keep_last,
-                options=self._options, width=step_width, job=self._root)
+                options=self._options, width=step_width, job=self._root,
+                reuse=self._reuse)
         self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
                                         daemon=True)
         self._worker.start()

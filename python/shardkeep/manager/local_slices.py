@@ -12,11 +12,13 @@ origin and shape. json and bytes checkpointables are stored as they are.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 
 from .. import _core
+from ..base import unchanged
 
 SLICE_PART = "shardkeep-local-slice"
 
@@ -42,9 +44,22 @@ def describe(parts: list[_core.SavePart]) -> tuple[dict, list[np.ndarray]]:
     return {"parts": header_parts}, buffers
 
 
-def parts_of(header: dict, buffers: list[np.ndarray], q: int,
-             count: int) -> list[_core.SavePart]:
-    """The parts of slice ``q``'s one-process checkpoint (see the module docstring)."""
+@dataclasses.dataclass(frozen=True)
+class Previous:
+    """An earlier committed slice of the same process, as its commit record
+    names it: a save of the slice links its boxes where they are equal."""
+
+    path: str
+    created_ns: int
+
+
+def parts_of(header: dict, buffers: list[np.ndarray], q: int, count: int,
+             compare_with: Previous | None = None) -> list[_core.SavePart]:
+    """The parts of slice ``q``'s one-process checkpoint (see the module
+    docstring). With ``compare_with``, each box worth comparing
+    (``unchanged.MIN_BYTES``) is compared with leaf k of the same
+    checkpointable there (``_core.Shard.compare_with``): a job whose state
+    keeps its structure holds the same box there."""
     parts: list[_core.SavePart] = []
     i = 0
     description: dict = {"process": q, "process_count": count, "parts": []}
@@ -59,7 +74,11 @@ def parts_of(header: dict, buffers: list[np.ndarray], q: int,
         for k, (_, dtype_name, _, shape) in enumerate(entry["shards"]):
             leaves.append({"path": str(k), "kind": "array", "dtype": dtype_name,
                            "shape": list(shape), "sharding": None})
-            shards.append(_core.Shard(k, dtype_name, [0] * len(shape), shape, buffers[i]))
+            shard = _core.Shard(k, dtype_name, [0] * len(shape), shape, buffers[i])
+            if compare_with is not None and buffers[i].nbytes >= unchanged.MIN_BYTES:
+                shard.compare_with = _core.StoredIn(compare_with.path, entry["name"], str(k),
+                                                    compare_with.created_ns)
+            shards.append(shard)
             i += 1
         meta = {"kind": "pytree",
                 "tree": {"type": "list",

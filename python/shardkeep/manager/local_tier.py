@@ -78,7 +78,7 @@ class LocalTier:
     """The local tier of one manager (see the module docstring)."""
 
     def __init__(self, template, *, interval: int, keep_last: int,
-                 options: options_lib.Options, width: int, job: str):
+                 options: options_lib.Options, width: int, job: str, reuse: bool = True):
         self.me = jax.process_index()
         self.count = jax.process_count()
         self.root = local_root(template, self.me)
@@ -90,12 +90,17 @@ class LocalTier:
         # its collective calls.
         self.job = job
         self._last_started: int | None = None
+        self._reuse = reuse
         os.makedirs(self.root, exist_ok=True)
         # folder q -> {step: name} of committed slices; only this process
         # writes and deletes in its root, so the record stays true.
         self.held: dict[int, dict[int, str]] = {}
+        # (folder q, step) -> the slice's created_ns (its commit record's).
+        self._created_ns: dict[tuple[int, int], int] = {}
         for q, listing in self._list().items():
-            self.held[q] = {step: name for step, (name, _) in listing.items()}
+            self.held[q] = {step: name for step, (name, _, _) in listing.items()}
+            self._created_ns.update({(q, step): created for step, (_, _, created)
+                                     in listing.items()})
 
     @property
     def timeout_s(self) -> float:
@@ -157,12 +162,28 @@ class LocalTier:
         name = f"{step:0{self._width}d}"
         folder = os.path.join(self.root, f"p{q}")
         os.makedirs(folder, exist_ok=True)
-        parts = local_slices.parts_of(header, buffers, q, self.count)
+        parts = local_slices.parts_of(header, buffers, q, self.count,
+                                      compare_with=self._previous(q, step))
         future = save_lib.start_single_process_async(
             os.path.join(folder, name), parts, options=self._options, step=step,
             custom_metadata={"shardkeep_local": {"process": q, "process_count": self.count}},
             force=True, lease=lease)
         return LocalSave(step, q, name, future, time.monotonic())
+
+    def _previous(self, q: int, step: int) -> local_slices.Previous | None:
+        """The newest committed slice q before ``step``, whose boxes a save
+        of slice q links where their bytes are equal (None without reuse).
+
+        The slices' bytes cross the exchange as plain buffers, so whether a
+        box changed is found by comparing, not by array identity. Retention
+        may delete it while the comparison runs: then the bytes are written.
+        """
+        earlier = [s for s in self.held.get(q, {}) if s < step and (q, s) in self._created_ns]
+        if not self._reuse or not earlier:
+            return None
+        latest = max(earlier)
+        return local_slices.Previous(os.path.join(self.root, f"p{q}", self.held[q][latest]),
+                                     self._created_ns[(q, latest)])
 
     def _drop_from(self, step: int) -> None:
         """Deletes the slices of ``step`` and later steps found in the root.
@@ -189,6 +210,9 @@ class LocalTier:
         """
         steps = self.held.setdefault(job.folder, {})
         steps[job.step] = job.name
+        created_ns = job.future.created_ns()
+        if created_ns is not None:
+            self._created_ns[(job.folder, job.step)] = created_ns
         dropped = [(job.folder, s) for s in sorted(steps)[:-self.keep_last]]
         oldest_kept = sorted(steps)[-self.keep_last:][0]
         written = {self.me, (self.me - 1) % self.count}
@@ -198,6 +222,7 @@ class LocalTier:
         paths = []
         for q, s in dropped:
             paths.append(os.path.join(self.root, f"p{q}", self.held[q].pop(s)))
+            self._created_ns.pop((q, s), None)
         return paths
 
     # -- restoring -------------------------------------------------------
@@ -207,7 +232,7 @@ class LocalTier:
         listing = self._list()
         mine: dict[int, dict[int, int]] = {}  # step -> {slice q: process count}
         for q, steps in listing.items():
-            for step, (_, count) in steps.items():
+            for step, (_, count, _) in steps.items():
                 mine.setdefault(step, {})[q] = count
         if self.count > 1:
             bridge = distributed.coordination()
@@ -244,10 +269,10 @@ class LocalTier:
         ``shardkeep.manager.checkpoint_manager.local_restore``)."""
         return local_restore.load(self, decision, targets, partial=partial, options=options)
 
-    def _list(self) -> dict[int, dict[int, tuple[str, int]]]:
-        """folder q -> {step: (name, process count)} of committed slices;
-        leftovers of unfinished saves are removed."""
-        found: dict[int, dict[int, tuple[str, int]]] = {}
+    def _list(self) -> dict[int, dict[int, tuple[str, int, int]]]:
+        """folder q -> {step: (name, process count, created_ns)} of committed
+        slices; leftovers of unfinished saves are removed."""
+        found: dict[int, dict[int, tuple[str, int, int]]] = {}
         core_options = self._options.to_core()
         if not os.path.isdir(self.root):  # wiped while this manager runs
             return found
@@ -267,11 +292,11 @@ class LocalTier:
                     if entry.state == "rejected":
                         logger.warning("%s is ignored: %s", path, entry.problem)
                     continue
-                mark = (json.loads(entry.commit_json).get("custom_metadata") or {}).get(
-                    "shardkeep_local") or {}
+                commit = json.loads(entry.commit_json)
+                mark = (commit.get("custom_metadata") or {}).get("shardkeep_local") or {}
                 count = mark.get("process_count")
                 if mark.get("process") != q or not isinstance(count, int) or count <= q:
                     logger.warning("%s is ignored: it is not slice %d of a local save", path, q)
                     continue
-                steps.setdefault(int(name), (name, count))
+                steps.setdefault(int(name), (name, count, commit["created_ns"]))
         return found

@@ -57,6 +57,11 @@ class SaveFuture:
         """True once the save has committed or failed."""
         return self._save.done()
 
+    def created_ns(self) -> int | None:
+        """The checkpoint's ``created_ns`` (its commit record's) once the
+        save has committed; None before, or if it failed."""
+        return self._save.committed_created_ns
+
     @property
     def path(self) -> str:
         """The checkpoint path being written."""
@@ -90,7 +95,9 @@ def save(path, tree: Any, *, options: options_lib.Options | None = None,
     there, or loaded from there, hold the values stored there: they are
     neither copied to the host nor written, the new checkpoint links the
     base's data files instead (where the storage cannot link, their bytes
-    are copied from the base). The new checkpoint stands alone all the
+    are copied from the base). With ``Options(compare_with_base=True)``
+    the other arrays are compared with the base's leaves of the same key
+    path and linked where equal. The new checkpoint stands alone all the
     same: deleting the base deletes none of its data (docs/INCREMENTAL.md).
     """
     save_checkpointables(path, named_parts.to_save(tree), options=options,
@@ -205,7 +212,8 @@ def _base_of(base, options: options_lib.Options) -> staging.Base | None:
             return None
         raise NotFoundError(f"the base checkpoint {base!r} of this save is not a committed"
                             f" checkpoint: {e}") from e
-    return staging.Base(base, json.loads(reader.commit_json())["created_ns"])
+    return staging.Base(base, json.loads(reader.commit_json())["created_ns"],
+                        compare_contents=options.compare_with_base)
 
 
 def _remember(path: str, arrays: dict[str, list], save: _core.QueuedSave) -> None:
@@ -252,7 +260,8 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
                 staged.parts.append(checkpointables.value_part(name, part))
                 continue
             tree = staging.stage_pytree(part.value, replica_parallel=options.replica_parallel,
-                                        registered_kind=part.registered_kind, base=base)
+                                        registered_kind=part.registered_kind, base=base,
+                                        checkpointable=name)
             staged.parts.append(_core.SavePart(name, "pytree", tree.meta_json,
                                                shards=tree.shards))
             staged.aliased += tree.aliased

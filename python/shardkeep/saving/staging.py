@@ -69,10 +69,14 @@ class Base:
 
     checkpoint: str
     created_ns: int
+    # Compare the other arrays with the base's leaves of the same key path
+    # (``Options.compare_with_base``).
+    compare_contents: bool = False
 
 
 def stage_pytree(tree: Any, *, replica_parallel: bool,
-                 registered_kind: str | None = None, base: Base | None = None) -> StagedTree:
+                 registered_kind: str | None = None, base: Base | None = None,
+                 checkpointable: str = "state") -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
 
     ``replica_parallel`` splits each replicated box among the devices
@@ -82,7 +86,10 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     and numpy leaves by process 0 only. ``registered_kind`` is recorded in
     meta.json (``checkpointables.register_kind``). The boxes of arrays known
     to be stored in ``base`` as they are are not staged: their shards name
-    where they are stored (``_core.StoredIn``).
+    where they are stored (``_core.StoredIn``). Where ``base`` compares
+    contents, the shards of the other arrays worth comparing name the leaf
+    of the same key path in checkpointable ``checkpointable`` of ``base``
+    as the place whose bytes the core compares theirs with.
     """
     flat: list | None
     key: tuple | None
@@ -111,6 +118,13 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
             where = unchanged.stored_in(values[number], base.checkpoint, base.created_ns)
             if where is not None:
                 stored[number] = where
+    compared: dict[int, _core.StoredIn] = {}  # value index -> the base's leaf to compare with
+    if base is not None and base.compare_contents:
+        for number in plan.comparable_arrays:
+            if number not in stored:
+                path = plan.leaf_metas[plan.codec_number[number]]["path"]
+                compared[number] = _core.StoredIn(base.checkpoint, checkpointable, path,
+                                                  base.created_ns)
     sources = [None if s.value_index in stored else s.get(values[s.value_index])
                for s in plan.sources]
     if not plan.all_on_host:
@@ -130,6 +144,8 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
                                       functools.partial(_fill_from, path, src)))
             continue
         shard = _core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape, _host_bytes(src))
+        if s.value_index in compared:
+            shard.compare_with = compared[s.value_index]
         shards.append(shard)
         if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
             aliased.append(shard)
@@ -174,6 +190,9 @@ class _Plan:
     array_leaves: list[int]   # value indices of jax.Arrays (checked not deleted)
     # Those whose places are remembered (``unchanged.worth_remembering``).
     remembered_arrays: list[int]
+    # The jax and numpy arrays a save compares with its base's
+    # (``unchanged.worth_comparing``).
+    comparable_arrays: list[int]
     sources: list[_Source]
     structure: dict
     cacheable: bool
@@ -232,6 +251,7 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     plan_sources: list[_Source] = []
     array_leaves: list[int] = []
     remembered_arrays: list[int] = []
+    comparable_arrays: list[int] = []
     scalar_values: list[tuple[int, Any]] = []
     for index, value in enumerate(values):
         number = codec_number[index]
@@ -243,6 +263,8 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
         plan_sources.extend(_Source(index, number, meta["dtype"], list(origin), list(shape),
                                     get, on_host)
                             for (origin, shape), get in sources)
+        if unchanged.worth_comparing(value):
+            comparable_arrays.append(index)
         if isinstance(value, jax.Array):
             array_leaves.append(index)
             if unchanged.worth_remembering(value):
@@ -250,7 +272,7 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
         elif isinstance(value, _VALUE_TYPES):
             scalar_values.append((index, value))
     plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
-                 remembered_arrays, plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
+                 remembered_arrays, comparable_arrays, plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
                  scalar_values)
     return plan, values
 
