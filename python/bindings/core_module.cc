@@ -21,6 +21,7 @@
 #include <cstring>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 
 #include "shardkeep/cancellation.h"
@@ -453,28 +454,47 @@ ShardData SourceShard(const PyShard& shard, const std::string& part) {
   return data;
 }
 
-// `place` (a StoredIn) with its checkpoint as a path of the save's storage;
-// InvalidArgument when it is in another storage.
-StoredIn InSaveStorage(nb::handle place, const std::string& url, const Options& options) {
-  StoredIn stored = nb::cast<StoredIn>(place);
-  if (StorageOf(stored.checkpoint) != StorageOf(url)) {
-    Raise(InvalidArgumentError("the save to " + url + " cannot reuse the arrays of " +
-                               stored.checkpoint + ": it is in another storage"));
+// The StoredIn places a save's shards name, with each checkpoint turned
+// into a path of the save's storage once per save (resolving a URL builds a
+// storage client; a state has thousands of shards).
+class PlacesOfSave {
+ public:
+  PlacesOfSave(std::string url, const Options& options)
+      : url_(std::move(url)), storage_(StorageOf(url_)), options_(options) {}
+
+  // `place` (a StoredIn) in the save's storage; InvalidArgument when it is
+  // in another storage.
+  StoredIn In(nb::handle place) {
+    StoredIn stored = nb::cast<StoredIn>(place);
+    auto found = paths_.find(stored.checkpoint);
+    if (found == paths_.end()) {
+      if (StorageOf(stored.checkpoint) != storage_) {
+        Raise(InvalidArgumentError("the save to " + url_ + " cannot reuse the arrays of " +
+                                   stored.checkpoint + ": it is in another storage"));
+      }
+      found = paths_.emplace(stored.checkpoint, Locate(stored.checkpoint, options_).path).first;
+    }
+    stored.checkpoint = found->second;
+    return stored;
   }
-  stored.checkpoint = Locate(stored.checkpoint, options).path;
-  return stored;
-}
+
+ private:
+  const std::string url_;
+  const std::string storage_;
+  const Options& options_;
+  std::map<std::string, std::string> paths_;  // checkpoint as named -> its path
+};
 
 // A shard whose bytes are stored in an earlier checkpoint of the save's
 // storage (ShardData::stored_in).
-ShardData StoredShard(const PyShard& shard, const std::string& url, const Options& options) {
+ShardData StoredShard(const PyShard& shard, PlacesOfSave& places) {
   ShardData data{shard.leaf, shard.dtype, shard.ToBox(), nullptr};
-  data.stored_in = InSaveStorage(shard.data, url, options);
+  data.stored_in = places.In(shard.data);
   return data;
 }
 
-CheckpointablePayload ParsePart(const PySavePart& part, const std::string& url,
-                                const Options& options, nb::list& borrowed) {
+CheckpointablePayload ParsePart(const PySavePart& part, PlacesOfSave& places,
+                                nb::list& borrowed) {
   CheckpointablePayload payload;
   payload.name = part.name;
   payload.kind = part.kind;
@@ -488,7 +508,7 @@ CheckpointablePayload ParsePart(const PySavePart& part, const std::string& url,
       continue;
     }
     if (nb::isinstance<StoredIn>(shard.data)) {
-      payload.shards.push_back(StoredShard(shard, url, options));
+      payload.shards.push_back(StoredShard(shard, places));
       continue;
     }
     InputBytes bytes = nb::cast<InputBytes>(shard.data, /*convert=*/false);
@@ -498,7 +518,7 @@ CheckpointablePayload ParsePart(const PySavePart& part, const std::string& url,
     ShardData& data = payload.shards.emplace_back(
         ShardData{shard.leaf, shard.dtype, std::move(box), bytes.data()});
     if (!shard.compare_with.is_none()) {
-      data.compare_with = InSaveStorage(shard.compare_with, url, options);
+      data.compare_with = places.In(shard.compare_with);
     }
   }
   return payload;
@@ -520,9 +540,10 @@ PyStartedSave* StartSavePy(const std::string& url,
   request.custom_metadata_json = custom_metadata_json;
   request.metrics_json = metrics_json;
   nb::list borrowed;
+  PlacesOfSave places(url, options);
   for (const PySavePart* part : parts) {
     if (!part) Raise(InvalidArgumentError("a part is None, not a SavePart"));
-    request.parts.push_back(ParsePart(*part, url, options, borrowed));
+    request.parts.push_back(ParsePart(*part, places, borrowed));
   }
   std::shared_ptr<Coordinator> group =
       coordinator ? coordinator->coordinator : NewSingleProcessCoordinator();

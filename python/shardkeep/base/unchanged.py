@@ -7,7 +7,7 @@ was loaded. So this process remembers, for each array it saved or loaded,
 where that left it: the checkpoint, the checkpointable, the leaf's key path
 and the checkpoint's ``created_ns`` (a checkpoint later replaced at the
 same path has another). A save with a base checkpoint asks ``stored_in``
-for each array leaf: an array known to be in the base, as it is now, is
+about its array leaves: an array known to be in the base, as it is now, is
 passed to the core as a ``_core.StoredIn``, which links the base's data
 files (or reads them where the storage cannot link): no device-to-host
 copy, no write.
@@ -143,13 +143,18 @@ def note_loaded(array: jax.Array, origin: Origin, leaf_path: str) -> None:
                                leaf_path, created_ns=origin.created_ns))
 
 
-def stored_in(value: Any, base: str, base_created_ns: int) -> _core.StoredIn | None:
-    """Where in the checkpoint ``base`` (created at ``base_created_ns``) the
-    array ``value`` is stored, or None when it is not known to be there."""
-    if not isinstance(value, jax.Array) or value.is_deleted():
-        return None
+def stored_in(values: dict[int, Any], base: str, base_created_ns: int
+              ) -> dict[int, _core.StoredIn]:
+    """Where in the checkpoint ``base`` (created at ``base_created_ns``) each
+    array of ``values`` (by any key) is stored, for those known to be there."""
     base = checkpoint_key(base)
-    for place in reversed(_places.of(value)):
-        if place.checkpoint == base and place.committed_ns() == base_created_ns:
-            return _core.StoredIn(base, place.checkpointable, place.leaf_path, base_created_ns)
-    return None
+    found: dict[int, _core.StoredIn] = {}
+    for key, value in values.items():
+        if not isinstance(value, jax.Array) or value.is_deleted():
+            continue
+        for place in reversed(_places.of(value)):
+            if place.checkpoint == base and place.committed_ns() == base_created_ns:
+                found[key] = _core.StoredIn(base, place.checkpointable, place.leaf_path,
+                                            base_created_ns)
+                break
+    return found

@@ -114,10 +114,8 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
               for number in plan.remembered_arrays]
     stored: dict[int, _core.StoredIn] = {}  # value index -> where base holds it
     if base is not None:
-        for number in plan.remembered_arrays:
-            where = unchanged.stored_in(values[number], base.checkpoint, base.created_ns)
-            if where is not None:
-                stored[number] = where
+        stored = unchanged.stored_in({number: values[number] for number in plan.remembered_arrays},
+                                     base.checkpoint, base.created_ns)
     compared: dict[int, _core.StoredIn] = {}  # value index -> the base's leaf to compare with
     if base is not None and base.compare_contents:
         for number in plan.comparable_arrays:
@@ -133,10 +131,21 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
                 src.copy_to_host_async()
     shards: list[_core.Shard] = []
     aliased: list[_core.Shard] = []
+    named: set[int] = set()  # value indices whose whole leaf is named as stored
     for s, src in zip(plan.sources, sources):
         if src is None:  # stored in the base as it is
-            shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
-                                      stored[s.value_index]))
+            if s.value_index in named:
+                continue
+            if jax.process_count() == 1:
+                # This process writes the whole leaf: one shard names it
+                # (the core links every chunk inside), not one per device.
+                named.add(s.value_index)
+                shape = plan.leaf_metas[s.leaf_number]["shape"]
+                shards.append(_core.Shard(s.leaf_number, s.dtype_name, [0] * len(shape), shape,
+                                          stored[s.value_index]))
+            else:
+                shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
+                                          stored[s.value_index]))
             continue
         if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
             path = plan.leaf_metas[s.leaf_number]["path"]
