@@ -281,8 +281,8 @@ Status S3Client::PutObject(const std::string& key,
   return Execute(request).status();
 }
 
-Status S3Client::CopyObject(const std::string& from,
-                            const std::string& to) const {
+Result<bool> S3Client::CopyObject(const std::string& from,
+                                  const std::string& to) const {
   S3Request request;
   request.operation = "CopyObject";
   request.method = "PUT";
@@ -296,13 +296,13 @@ Status S3Client::CopyObject(const std::string& from,
     if (error.ok()) return std::move(error).value();
     return std::nullopt;
   };
-  request.handled_statuses = {404};
+  request.handled_statuses = {404, 501};
   SK_ASSIGN_OR_RETURN(S3Answer answer, Execute(request));
   if (answer.response.status == 404) {
     return NotFoundError("CopyObject " + Url(from) + " to " + Url(to) + ": " +
                          Url(from) + " does not exist");
   }
-  return Status::Ok();
+  return answer.response.status != 501;
 }
 
 Status S3Client::DeleteObject(const std::string& key) const {

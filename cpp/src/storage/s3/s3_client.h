@@ -98,9 +98,11 @@ class S3Client {
   Result<std::optional<uint64_t>> HeadObject(const std::string& key) const;
   Status PutObject(const std::string& key, std::string_view data) const;
   // Copies the object `from` to `to` on the server: no byte passes through
-  // this host. NotFound when `from` does not exist. One request copies at
-  // most kMaxCopyObjectBytes (S3's limit).
-  Status CopyObject(const std::string& from, const std::string& to) const;
+  // this host. False when the server does not implement copies (501
+  // NotImplemented, as some S3-compatible stores answer); NotFound when
+  // `from` does not exist. One request copies at most kMaxCopyObjectBytes
+  // (S3's limit).
+  Result<bool> CopyObject(const std::string& from, const std::string& to) const;
   Status DeleteObject(const std::string& key) const;
   // Deletes up to 1000 keys in one DeleteObjects request.
   Status DeleteObjects(const std::vector<std::string>& keys) const;

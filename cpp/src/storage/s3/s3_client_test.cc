@@ -250,6 +250,22 @@ TEST_F(S3ClientTest, ErrorInsideCompleteMultipartUploadIsRetried) {
   EXPECT_TRUE(Has(transport_->bodies[0], "<PartNumber>2</PartNumber>"));
 }
 
+TEST_F(S3ClientTest, CopyObjectSaysWhenTheServerCannotCopy) {
+  transport_->Then(ScriptedTransport::Status(200, "<CopyObjectResult></CopyObjectResult>"));
+  transport_->Then(ScriptedTransport::Error(501, "NotImplemented"));
+  transport_->Then(ScriptedTransport::Error(404, "NoSuchKey"));
+  S3Client client = Client();
+  SK_ASSERT_OK_AND_ASSIGN(bool copied, client.CopyObject("a/from", "a/to"));
+  EXPECT_TRUE(copied);
+  SK_ASSERT_OK_AND_ASSIGN(copied, client.CopyObject("a/from", "a/to"));
+  EXPECT_FALSE(copied);  // not retried: the server lacks the feature
+  Result<bool> missing = client.CopyObject("a/gone", "a/to");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+  ASSERT_EQ(transport_->requests.size(), 3u);
+  EXPECT_EQ(transport_->requests[0].method, "PUT");
+  EXPECT_EQ(transport_->requests[0].url, "http://127.0.0.1:9000/bucket/a/to");
+}
+
 TEST_F(S3ClientTest, ListingQueryIsSortedAndEncoded) {
   transport_->Then(ScriptedTransport::Status(
       200, "<ListBucketResult><EncodingType>url</EncodingType>"

@@ -183,8 +183,9 @@ class S3Storage final : public Storage {
     if (*size > kMaxCopyObjectBytes) return false;
     SK_ASSIGN_OR_RETURN(std::optional<uint64_t> existing, client_->HeadObject(to_key));
     if (existing) return AlreadyExistsError(client_->Url(to_key) + " exists already");
-    SK_RETURN_IF_ERROR(client_->CopyObject(from_key, to_key));
-    return true;
+    // A store without server-side copies cannot link: the caller reads and
+    // writes the bytes instead.
+    return client_->CopyObject(from_key, to_key);
   }
 
   Status CreateDir(const std::string& dir) override {
