@@ -17,9 +17,12 @@ import shardkeep as sk
 
 STEP_WIDTH = 6
 # Small chunks: many storage calls per save, so many places to be killed.
-OPTIONS = sk.Options(chunk_bytes=16 << 10, timeout_s=60)
+# Comparing with the base links "embed" (equal values, a new numpy array
+# at every step), so kills also hit saves that read the base to compare.
+OPTIONS = sk.Options(chunk_bytes=16 << 10, timeout_s=60, compare_with_base=True)
 # A forced replace rewrites the step compressed: other files, the same values.
-REPLACE_OPTIONS = sk.Options(chunk_bytes=16 << 10, compression="zstd", timeout_s=60)
+REPLACE_OPTIONS = sk.Options(chunk_bytes=16 << 10, compression="zstd", timeout_s=60,
+                             compare_with_base=True)
 
 
 def manager(root: str, *, disk_full: bool = False) -> sk.CheckpointManager:
@@ -53,6 +56,7 @@ def expected(step: int, *, scale: int = 1) -> dict:
     return {
         "params": {
             "frozen": FROZEN,
+            "embed": FROZEN[::-1].copy(),
             "w": rng.standard_normal(n, dtype=np.float32),
             "b": (np.arange(64, dtype=np.int64) * step),
             "h": rng.integers(0, 2**16, size=(n // 4,), dtype=np.uint16),
