@@ -199,7 +199,6 @@ Result<std::optional<std::vector<format::ChunkRecord>>> LinkIfEqual(EarlierCheck
   const StoredIn& from = *shard.compare_with;
   if (!earlier.can_link()) return std::optional<std::vector<format::ChunkRecord>>();
   std::optional<StoredChunks> stored = ChunksTiling(earlier, from, shard);
-
   if (!stored || stored->chunks.empty() || !HoldsSameBytes(*stored, from, shard, options)) {
     return std::optional<std::vector<format::ChunkRecord>>();
   }
