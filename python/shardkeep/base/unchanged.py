@@ -107,12 +107,13 @@ def worth_remembering(value: Any) -> bool:
     """Whether the places of ``value`` are remembered: a ``jax.Array`` of
     at least ``MIN_BYTES`` (its shape and dtype decide, so a save plan can
     ask once)."""
-    return isinstance(value, jax.Array) and value.nbytes >= MIN_BYTES
+    return isinstance(value, jax.Array) and worth_comparing(value)
 
 
 def worth_comparing(value: Any) -> bool:
-    """Whether a save with ``Options.compare_with_base`` compares ``value``
-    with the base: a ``jax.Array`` or numpy array of at least ``MIN_BYTES``."""
+    """Whether a save with ``Options.compare_with_base`` (or the local
+    tier) compares ``value`` with the base: a ``jax.Array`` or numpy array
+    of at least ``MIN_BYTES``."""
     return isinstance(value, (jax.Array, np.ndarray)) and value.nbytes >= MIN_BYTES
 
 

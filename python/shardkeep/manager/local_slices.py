@@ -57,7 +57,7 @@ def parts_of(header: dict, buffers: list[np.ndarray], q: int, count: int,
              compare_with: Previous | None = None) -> list[_core.SavePart]:
     """The parts of slice ``q``'s one-process checkpoint (see the module
     docstring). With ``compare_with``, each box worth comparing
-    (``unchanged.MIN_BYTES``) is compared with leaf k of the same
+    (``unchanged.worth_comparing``) is compared with leaf k of the same
     checkpointable there (``_core.Shard.compare_with``): a job whose state
     keeps its structure holds the same box there."""
     parts: list[_core.SavePart] = []
@@ -75,7 +75,7 @@ def parts_of(header: dict, buffers: list[np.ndarray], q: int, count: int,
             leaves.append({"path": str(k), "kind": "array", "dtype": dtype_name,
                            "shape": list(shape), "sharding": None})
             shard = _core.Shard(k, dtype_name, [0] * len(shape), shape, buffers[i])
-            if compare_with is not None and buffers[i].nbytes >= unchanged.MIN_BYTES:
+            if compare_with is not None and unchanged.worth_comparing(buffers[i]):
                 shard.compare_with = _core.StoredIn(compare_with.path, entry["name"], str(k),
                                                     compare_with.created_ns)
             shards.append(shard)

@@ -134,18 +134,17 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     named: set[int] = set()  # value indices whose whole leaf is named as stored
     for s, src in zip(plan.sources, sources):
         if src is None:  # stored in the base as it is
-            if s.value_index in named:
-                continue
+            origin, shape = s.origin, s.shape
             if jax.process_count() == 1:
                 # This process writes the whole leaf: one shard names it
                 # (the core links every chunk inside), not one per device.
+                if s.value_index in named:
+                    continue
                 named.add(s.value_index)
                 shape = plan.leaf_metas[s.leaf_number]["shape"]
-                shards.append(_core.Shard(s.leaf_number, s.dtype_name, [0] * len(shape), shape,
-                                          stored[s.value_index]))
-            else:
-                shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
-                                          stored[s.value_index]))
+                origin = [0] * len(shape)
+            shards.append(_core.Shard(s.leaf_number, s.dtype_name, origin, shape,
+                                      stored[s.value_index]))
             continue
         if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
             path = plan.leaf_metas[s.leaf_number]["path"]
@@ -281,8 +280,8 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
         elif isinstance(value, _VALUE_TYPES):
             scalar_values.append((index, value))
     plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
-                 remembered_arrays, comparable_arrays, plan_sources, structure, cacheable, all(s.on_host for s in plan_sources),
-                 scalar_values)
+                 remembered_arrays, comparable_arrays, plan_sources, structure, cacheable,
+                 all(s.on_host for s in plan_sources), scalar_values)
     return plan, values
 
 
