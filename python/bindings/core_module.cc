@@ -892,13 +892,14 @@ Result<std::unique_ptr<SaveHandle>> RunPythonStart(PySaveState& state) {
 
 // At the save's end, on the queue's finisher thread: on_finished runs,
 // then the borrowed arrays are let go (the save no longer reads them).
-void RunPythonOnFinished(PySaveState& state) {
+void RunPythonOnFinished(PySaveState& state, const Status& outcome) {
   nb::gil_scoped_acquire acquire;
   nb::object on_finished = std::move(state.on_finished.object);
   state.on_finished.object = nb::none();
   if (!on_finished.is_none()) {
     try {
-      on_finished();
+      // None: committed; otherwise the error that ended it.
+      on_finished(outcome.ok() ? nb::none() : nb::cast(outcome.message()));
     } catch (nb::python_error& error) {
       error.discard_as_unraisable("shardkeep: a save's on_finished");
     }
@@ -1011,7 +1012,7 @@ struct PySaveQueue {
     auto state = std::make_shared<PySaveState>(std::move(start), std::move(on_finished));
     std::shared_ptr<internal::QueuedSave> save = queue->Enqueue(
         path, timeout_s, [state] { return RunPythonStart(*state); },
-        [state] { RunPythonOnFinished(*state); });
+        [state](const Status& outcome) { RunPythonOnFinished(*state, outcome); });
     return new PyQueuedSave{std::move(save), std::move(state)};
   }
 
@@ -1074,7 +1075,8 @@ void BindSaveQueue(nb::module_& m) {
       .def("enqueue", &PySaveQueue::Enqueue, "path"_a, "timeout_s"_a, "start"_a,
            "on_finished"_a = nb::none(),
            "Queues a save: start() (returning start_save's SaveHandle) runs after the"
-           " starts queued before it, on_finished() at its end.")
+           " starts queued before it, on_finished(error) at its end (error: None once"
+           " committed, else the message of what ended it).")
       .def("running", &PySaveQueue::Running,
            "The saves that have not ended (interrupted ones winding down too).")
       .def("wait_for_uninterrupted", &PySaveQueue::WaitForUninterrupted, "timeout_s"_a,

@@ -16,6 +16,7 @@ from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionErro
 from .loading.info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .interop import convert, load_dcp, load_orbax
 from .loading.load import load, load_checkpointables
+from .manager import preservation, save_decisions
 from .manager.checkpoint_manager import CheckpointManager
 from .base.named_parts import Checkpointables
 from .options import Options
@@ -31,7 +32,7 @@ __all__ = [
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
     "convert", "load", "load_checkpointables", "load_dcp", "load_orbax", "load_safetensors",
-    "metadata",
+    "metadata", "preservation", "save_decisions",
     "register_kind", "release_staging_memory",
     "save", "save_async",
     "save_checkpointables", "save_checkpointables_async",

@@ -12,9 +12,10 @@
 //     CPU priority, which the save's own thread and writers inherit.
 //  3. The background phase, on the save's own thread (save.cc). Its future
 //     tells the queue of its end (Future::OnReady): nothing polls.
-//  4. End, on the queue's finisher thread: on_finished runs (it returns the
-//     staging memory), the save's thread is joined, and the outcome is
-//     published; only then do Wait and Done see it. A failure nobody
+//  4. End, on the queue's finisher thread: on_finished runs with the
+//     outcome (it returns the staging memory and reports the end), the
+//     save's thread is joined, and the outcome is published; only then do
+//     Wait and Done see it. A failure nobody
 //     collected — no wait was under way or reported it, and the save was
 //     not cancelled by an interrupted wait — goes to Hooks::log_failure.
 //  5. Exit: the front waits (WaitForUninterrupted) at most the longest
@@ -74,7 +75,7 @@ Result<std::unique_ptr<SaveHandle>> RunStart(const QueuedSave::Start& start) {
 }  // namespace
 
 QueuedSave::QueuedSave(std::string path, double timeout_s, Start start,
-                       std::function<void()> on_finished)
+                       OnFinished on_finished)
     : path_(std::move(path)),
       timeout_s_(timeout_s),
       start_(std::move(start)),
@@ -148,7 +149,7 @@ void QueuedSave::LeaveToProcessEnd() {
   // Neither joined nor freed: the thread may still run, and on_finished's
   // captures keep alive the memory it reads.
   if (handle_) (void)new std::shared_ptr<SaveHandle>(std::move(handle_));
-  if (on_finished_) (void)new std::function<void()>(std::move(on_finished_));
+  if (on_finished_) (void)new OnFinished(std::move(on_finished_));
   if (start_) (void)new Start(std::move(start_));
 }
 
@@ -168,7 +169,7 @@ SaveQueue::~SaveQueue() {
 
 std::shared_ptr<QueuedSave> SaveQueue::Enqueue(std::string path, double timeout_s,
                                                QueuedSave::Start start,
-                                               std::function<void()> on_finished) {
+                                               QueuedSave::OnFinished on_finished) {
   auto save = std::make_shared<QueuedSave>(std::move(path), timeout_s, std::move(start),
                                            std::move(on_finished));
   save->queue_ = this;
@@ -283,7 +284,7 @@ void SaveQueue::RunEnds() {
       save = std::move(ends_.front());
       ends_.pop_front();
     }
-    std::function<void()> on_finished;
+    QueuedSave::OnFinished on_finished;
     std::shared_ptr<SaveHandle> handle;
     {
       std::lock_guard<std::mutex> lock(save->mu_);
@@ -295,7 +296,7 @@ void SaveQueue::RunEnds() {
     handle.reset();  // joins the save's thread (or a Cancel under way does)
     if (on_finished) {
       try {
-        on_finished();
+        on_finished(outcome);
       } catch (const std::exception&) {
         // The front's callbacks report their own errors.
       }

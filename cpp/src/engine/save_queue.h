@@ -26,9 +26,11 @@ class QueuedSave {
   // Runs the blocking phase the core does (StartSave) and returns the
   // started save, or the error that stopped it.
   using Start = std::function<Result<std::unique_ptr<SaveHandle>>()>;
+  // Runs at the save's end with its outcome (before Wait sees it).
+  using OnFinished = std::function<void(const Status&)>;
 
   QueuedSave(std::string path, double timeout_s, Start start,
-             std::function<void()> on_finished);
+             OnFinished on_finished);
   QueuedSave(const QueuedSave&) = delete;
   QueuedSave& operator=(const QueuedSave&) = delete;
 
@@ -71,7 +73,7 @@ class QueuedSave {
   mutable std::mutex mu_;
   mutable std::condition_variable ended_cv_;
   Start start_;                        // dropped once run
-  std::function<void()> on_finished_;  // dropped once run
+  OnFinished on_finished_;  // dropped once run
   SaveQueue* queue_ = nullptr;  // told when a cancel changes what exit waits for
   std::shared_ptr<SaveHandle> handle_;  // shared with a Cancel under way
   int64_t created_ns_ = 0;              // handle_->created_ns(), kept past its end
@@ -102,10 +104,10 @@ class SaveQueue {
 
   // Takes a save: `start` runs on the starter thread after the starts
   // enqueued before it; `on_finished` (may be empty) runs on the finisher
-  // thread at its end, whatever the outcome.
+  // thread at its end, whatever the outcome, which it is given.
   std::shared_ptr<QueuedSave> Enqueue(std::string path, double timeout_s,
                                       QueuedSave::Start start,
-                                      std::function<void()> on_finished);
+                                      QueuedSave::OnFinished on_finished);
 
   // Saves that have not ended yet (interrupted ones winding down too).
   std::vector<std::shared_ptr<QueuedSave>> Running() const;

@@ -80,7 +80,7 @@ TEST_F(SaveQueueTest, StartsRunInCallOrderAndOnFinishedRunsBeforeTheOutcomeIsSee
           }
           return save_it();
         },
-        [&] { ++finished; }));
+        [&](const Status& outcome) { finished += outcome.ok() ? 1 : 100; }));
   }
   for (int i = 0; i < 5; ++i) {
     std::optional<Status> outcome = saves[i]->Wait(-1);
@@ -178,7 +178,7 @@ TEST_F(SaveQueueTest, DestroyingTheQueueWaitsForItsSaves) {
   std::atomic<bool> finished{false};
   {
     SaveQueue queue(Hooks());
-    queue.Enqueue("ckpt", 5, StartOf("ckpt"), [&] { finished = true; });
+    queue.Enqueue("ckpt", 5, StartOf("ckpt"), [&](const Status&) { finished = true; });
   }
   EXPECT_TRUE(finished.load());
   EXPECT_TRUE(Committed("ckpt"));

@@ -7,7 +7,7 @@ import os
 from typing import Any, Mapping
 
 from .. import _core
-from ..base import checkpointables, named_parts, unchanged
+from ..base import checkpointables, events, named_parts, unchanged
 from . import load_executor
 from .. import options as options_lib
 from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError
@@ -71,6 +71,12 @@ def _load(path, targets: Mapping[str, Any] | None, partial: bool,
           options: options_lib.Options | None, *, one_tree: bool) -> dict[str, Any]:
     """``load_checkpointables``; ``one_tree``: the caller asked for "state" alone."""
     path = os.fspath(path)
+    with events.loading(path):
+        return _load_recorded(path, targets, partial, options, one_tree=one_tree)
+
+
+def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
+                   options: options_lib.Options | None, *, one_tree: bool) -> dict[str, Any]:
     options = options_lib.resolve(options)
     core_options = options.to_core()
     # Only the file backend's paths are files that can be mapped.

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -53,7 +54,7 @@ import queue
 import re
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -61,7 +62,8 @@ import numpy as np
 from .. import _core
 from ..job import distributed
 from .. import options as options_lib
-from . import leftovers, local_tier, retention
+from . import (leftovers, local_tier, policy_arguments, policy_info, preservation,
+               save_decisions, step_agreement)
 from ..base import named_parts
 from ..saving import staging_pool
 from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
@@ -84,7 +86,8 @@ class _Commit:
     name: str
     future: SaveFuture
     metrics: dict
-    started: float
+    started: float                    # time.monotonic()
+    started_time: datetime.datetime   # the manager's clock
     base: int | None  # the step it takes unchanged arrays from, held until it ends
     observed: threading.Event = dataclasses.field(default_factory=threading.Event)
 
@@ -108,21 +111,28 @@ class CheckpointManager:
     """Saves a training run every few steps and keeps the checkpoints that matter.
 
     ``save(step, tree_or_checkpointables)`` writes ``<root>/<step>`` (the step
-    zero-padded to ``step_width`` digits) when the step is due: a multiple
-    of ``save_interval_steps``, ``force=True``, or the step at which a
-    preemption notice was agreed. A ``shardkeep.Checkpointables`` is saved
+    zero-padded to ``step_width`` digits) when the step is due: when
+    ``save_decision_policy`` says so (``shardkeep.save_decisions``; by
+    default a multiple of ``save_interval_steps`` or the step at which a
+    preemption notice was agreed), or with ``force=True``. Decisions that
+    only the primary process can make (time-based ones) land
+    ``decision_lead_steps`` steps later on every process
+    (``shardkeep.manager.step_agreement``). ``clock`` (seconds since the
+    epoch) is the primary's clock for them. A ``shardkeep.Checkpointables`` is saved
     as its named parts (each loadable alone); anything else, a plain dict
     included, as the one tree "state", as ``shardkeep.save`` does (see
     ``shardkeep.base.named_parts``). With ``async_save`` the call returns after
     the device-to-host copy and at most one save is in flight.
 
-    Retention (``keep_last``, ``keep_every_steps``, ``keep_best`` by
-    ``best_metric`` in ``best_mode``) runs after each commit; see
-    ``shardkeep.manager.checkpoint_manager.retention`` and docs/MANAGER.md.
+    Retention (``preservation_policy``, see ``shardkeep.preservation``; or
+    its short forms ``keep_last``, ``keep_every_steps``, ``keep_best`` by
+    ``best_metric`` in ``best_mode``) runs after each commit and never
+    deletes the newest step; see docs/MANAGER.md.
 
     ``local_root`` (a path per process; ``{process}`` in it is replaced by
     the process index) adds a local tier: every
-    ``local_save_interval_steps`` steps each process saves its part of the
+    ``local_save_interval_steps`` steps (or when
+    ``local_save_decision_policy`` says so) each process saves its part of the
     state there and a copy of a peer's, keeping ``local_keep_last`` steps;
     ``restore`` resumes from the newest step either tier can rebuild (see
     ``shardkeep.manager.checkpoint_manager.local_tier`` and docs/MANAGER.md, "Local tier").
@@ -150,31 +160,44 @@ class CheckpointManager:
     def __init__(self, root, *, keep_last: int | None = None,
                  keep_every_steps: int | None = None, keep_best: int | None = None,
                  best_metric: str | None = None, best_mode: str = "min",
-                 save_interval_steps: int = 1, async_save: bool = True,
+                 save_interval_steps: int | None = None,
+                 save_decision_policy: save_decisions.SaveDecisionPolicy | None = None,
+                 preservation_policy: preservation.PreservationPolicy | None = None,
+                 async_save: bool = True,
                  options: options_lib.Options | None = None, step_width: int = 9,
                  local_root=None, local_save_interval_steps: int | None = None,
-                 local_keep_last: int = 2, reuse_unchanged: bool = True):
+                 local_save_decision_policy: save_decisions.SaveDecisionPolicy | None = None,
+                 local_keep_last: int = 2, reuse_unchanged: bool = True,
+                 decision_lead_steps: int = 2, clock: Callable[[], float] = time.time):
         self._root = _root_url(root)
         self._reuse = bool(reuse_unchanged)
-        _check_positive_int("save_interval_steps", save_interval_steps)
         _check_positive_int("step_width", step_width)
-        if local_root is None and local_save_interval_steps is not None:
-            raise InvalidArgumentError("local_save_interval_steps needs a local_root")
+        _check_positive_int("decision_lead_steps", decision_lead_steps)
+        save_policy = policy_arguments.save_policy(save_decision_policy, save_interval_steps)
+        local_policy = None
+        if local_root is None and (local_save_interval_steps is not None
+                                   or local_save_decision_policy is not None):
+            raise InvalidArgumentError("local_save_interval_steps and"
+                                       " local_save_decision_policy need a local_root")
         if local_root is not None:
-            if local_save_interval_steps is None:
-                raise InvalidArgumentError("a local_root needs local_save_interval_steps")
-            _check_positive_int("local_save_interval_steps", local_save_interval_steps)
+            local_policy = policy_arguments.local_save_policy(local_save_decision_policy,
+                                                              local_save_interval_steps)
             _check_positive_int("local_keep_last", local_keep_last)
-        self._policy = retention.RetentionPolicy(keep_last, keep_every_steps, keep_best,
-                                                 best_metric, best_mode)
-        self._interval = save_interval_steps
+        self._preservation, self._best = policy_arguments.preservation_policy(
+            preservation_policy, keep_last=keep_last, keep_every_steps=keep_every_steps,
+            keep_best=keep_best, best_metric=best_metric, best_mode=best_mode)
         self._async = bool(async_save)
         self._options = options_lib.resolve(options)
         self._width = step_width
         self._primary = jax.process_index() == 0
+        self._clock = clock
+        self._lead = decision_lead_steps
 
         self._lock = threading.Lock()  # guards the fields up to _errors
         self._steps: dict[int, dict] = {}       # committed step -> its metrics
+        self._created_ns: dict[int, int] = {}   # committed step -> its record's created_ns
+        # Step saved by this manager -> its start by ``clock`` (save decisions).
+        self._started_times: dict[int, datetime.datetime] = {}
         self._names: dict[int, str] = {}        # committed step -> directory name
         self._in_use: collections.Counter = collections.Counter()
         self._deferred: dict[int, str] = {}     # dropped while in use: step -> name
@@ -185,14 +208,19 @@ class CheckpointManager:
         self._jobs: queue.Queue = queue.Queue()
         self._closed = False
 
+        # What every process calls this manager: names its collective calls.
+        self._job_id = distributed.agree("manager", self._root, self._options.timeout_s)
         self._discover()
+        self._decider = save_decisions.Decider(save_policy, lambda: self._agreement("saves"))
         self._local: local_tier.LocalTier | None = None
         self._local_pending: list[local_tier.LocalSave] = []
-        if local_root is not None and local_save_interval_steps is not None:  # both, or neither
+        if local_root is not None and local_policy is not None:  # both, or neither
             self._local = local_tier.LocalTier(
-                local_root, interval=local_save_interval_steps, keep_last=local_keep_last,
-                options=self._options, width=step_width, job=self._root,
-                reuse=self._reuse)
+                local_root,
+                decider=save_decisions.Decider(local_policy,
+                                               lambda: self._agreement("local saves")),
+                keep_last=local_keep_last, options=self._options, width=step_width,
+                job=self._root, reuse=self._reuse, clock=clock)
         self._worker = threading.Thread(target=self._work, name="shardkeep-manager",
                                         daemon=True)
         self._worker.start()
@@ -215,11 +243,13 @@ class CheckpointManager:
             return max(self._steps, default=None)
 
     def best_step(self) -> int | None:
-        """The committed step with the best ``best_metric``, or None."""
+        """The committed step with the best metric (``best_metric``, or the
+        first ``BestN`` of ``preservation_policy``), or None."""
+        if self._best is None:
+            return None
         with self._lock:
-            best = retention.best_steps(self._steps, self._policy.best_metric,
-                                        self._policy.best_mode, 1)
-        return best[0] if best else None
+            best = self._best.ranked(self._committed())
+        return best[0].step if best else None
 
     def metrics(self, step: int) -> dict:
         """The metrics committed step ``step`` was saved with."""
@@ -255,9 +285,17 @@ class CheckpointManager:
         step = _checked_step(step)
         self._raise_errors()
         preempted = self.reached_preemption(step)
-        local = self._local if self._local is not None and self._local.due(step) else None
+        # Asked at every step, forced or not: see save_decisions.Decider.
+        due = self._decider.due(
+            step, self._previous(),
+            save_decisions.DecisionContext(is_saving_in_progress=self._saving(),
+                                           reached_preemption=preempted),
+            policy_info.time_of_seconds(self._clock())) or force
+        local = self._local if self._local is not None and self._local.due(
+            step, save_decisions.DecisionContext(
+                is_saving_in_progress=any(not j.observed.is_set() for j in self._local_pending),
+                reached_preemption=preempted)) else None
         local_due = local is not None
-        due = force or preempted or step % self._interval == 0
         last = self._last_started()
         if due and last is not None and step <= last:
             logger.warning("step %d not saved: step %d is already saved under %s", step, last,
@@ -287,6 +325,7 @@ class CheckpointManager:
         self._remove_leftovers()
         name = f"{step:0{self._width}d}"
         started = time.monotonic()
+        started_time = policy_info.time_of_seconds(self._clock())
         base = self._hold_base()
         try:
             future = save_checkpointables_async(
@@ -300,7 +339,7 @@ class CheckpointManager:
             raise
         logger.info("step %d: save started, blocking phase %.3f s", step,
                     time.monotonic() - started)
-        self._pending = _Commit(step, name, future, metrics, started, base)
+        self._pending = _Commit(step, name, future, metrics, started, started_time, base)
         self._jobs.put(self._pending)
         if not self._async:
             self._wait_pending()
@@ -409,6 +448,9 @@ class CheckpointManager:
         finally:
             staging_pool.release()
             self._closed = True
+            self._decider.close()
+            if self._local is not None:
+                self._local.decider.close()
             self._jobs.put(None)
             self._worker.join(self._options.timeout_s + _WAIT_SLACK_S)
             if self._worker.is_alive():
@@ -435,28 +477,38 @@ class CheckpointManager:
             found = self._list_root()
         else:
             found = self._agreed_listing()
-        for name, metrics in found.items():
+        for name, (metrics, created_ns) in found.items():
             self._steps[int(name)] = metrics
+            self._created_ns[int(name)] = created_ns
             self._names[int(name)] = name
 
-    def _agreed_listing(self) -> dict[str, dict]:
+    def _agreed_listing(self) -> dict[str, tuple[dict, int]]:
         """The primary's listing, shared through JAX's coordination service.
 
         Listing on every process would race with deletions the primary
         may still be finishing for an earlier manager of the same root.
         """
         bridge = distributed.coordination()
-        key = distributed.agree("manager listing", self._root,
-                                self._options.timeout_s) + "/steps"
+        key = self._job_id + "/steps"
         if self._primary:
             found = self._list_root()
             bridge.set(key, json.dumps(found))
             return found
-        return json.loads(bridge.get(key, self._options.timeout_s))
+        return {name: (metrics, created_ns) for name, (metrics, created_ns)
+                in json.loads(bridge.get(key, self._options.timeout_s)).items()}
 
-    def _list_root(self) -> dict[str, dict]:
-        """{directory name: metrics} of the committed steps; the primary collects garbage."""
-        found: dict[str, dict] = {}
+    def _agreement(self, name: str):
+        """How the primary's save decisions of kind ``name`` reach every process."""
+        if jax.process_count() == 1:
+            return step_agreement.Immediate()
+        return step_agreement.StepAgreement(
+            distributed.coordination(), f"{self._job_id}/{name}", lead=self._lead,
+            timeout_s=self._options.timeout_s)
+
+    def _list_root(self) -> dict[str, tuple[dict, int]]:
+        """{directory name: (metrics, created_ns)} of the committed steps; the
+        primary collects garbage."""
+        found: dict[str, tuple[dict, int]] = {}
         entries = _core.list_checkpoints(self._root, self._options.to_core())
         for entry in entries:
             name = entry.name
@@ -472,7 +524,8 @@ class CheckpointManager:
                 logger.warning("step %d is in both %s and %s; using %s", int(name), twin, name,
                                twin)
                 continue
-            found[name] = json.loads(entry.commit_json).get("metrics") or {}
+            record = json.loads(entry.commit_json)
+            found[name] = (record.get("metrics") or {}, record["created_ns"])
         if self._primary:
             leftovers.collect(self._root, entries, self._options)
         return found
@@ -531,11 +584,15 @@ class CheckpointManager:
                     time.monotonic() - job.started)
         with self._lock:
             self._steps[job.step] = job.metrics
+            self._created_ns[job.step] = job.future.created_ns() or 0
+            self._started_times[job.step] = job.started_time
             self._names[job.step] = job.name
-            dropped = retention.steps_to_delete(self._steps, self._policy)
+            dropped = preservation.steps_to_delete(self._committed(), self._preservation)
             deletions = []
             for step in dropped:
                 del self._steps[step]
+                del self._created_ns[step]
+                self._started_times.pop(step, None)
                 name = self._names.pop(step)
                 if self._in_use[step]:
                     self._deferred[step] = name
@@ -610,6 +667,31 @@ class CheckpointManager:
             name = self._deferred.pop(step, None)
         if name is not None:
             self._jobs.put(_Delete(step, name))
+
+    def _committed(self) -> list[policy_info.PolicyCheckpointInfo]:
+        """The committed steps as the policies see them, oldest first (holding the lock)."""
+        return [policy_info.PolicyCheckpointInfo(step, self._steps[step],
+                                           policy_info.time_of_ns(self._created_ns[step]))
+                for step in sorted(self._steps)]
+
+    def _previous(self) -> list[policy_info.PolicyCheckpointInfo]:
+        """The steps saved so far as the save decisions see them: committed,
+        then the one in flight. The steps this manager saved are timed by
+        its ``clock`` (the clock "now" is read from), the others by their
+        records."""
+        with self._lock:
+            previous = [dataclasses.replace(info, time=self._started_times.get(info.step,
+                                                                               info.time))
+                        for info in self._committed()]
+        pending = self._pending
+        if pending is not None and pending.step not in self._steps:
+            previous.append(policy_info.PolicyCheckpointInfo(pending.step, pending.metrics,
+                                                             pending.started_time))
+        return previous
+
+    def _saving(self) -> bool:
+        """A save has started and its commit (or failure) is not yet observed."""
+        return self._pending is not None and not self._pending.observed.is_set()
 
     def _last_started(self) -> int | None:
         """The step of the save in flight, else the latest committed step."""

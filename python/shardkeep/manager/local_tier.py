@@ -34,13 +34,14 @@ import os
 import re
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 
 from .. import _core
+from ..base import events
 from ..job import distributed, exchange
-from . import leftovers, local_restore, local_slices
+from . import leftovers, local_restore, local_slices, policy_info, save_decisions
 from .. import options as options_lib
 from ..saving import save as save_lib
 from ..errors import InvalidArgumentError, ShardkeepError
@@ -77,12 +78,13 @@ def local_root(template, process_index: int) -> str:
 class LocalTier:
     """The local tier of one manager (see the module docstring)."""
 
-    def __init__(self, template, *, interval: int, keep_last: int,
-                 options: options_lib.Options, width: int, job: str, reuse: bool = True):
+    def __init__(self, template, *, decider: save_decisions.Decider, keep_last: int,
+                 options: options_lib.Options, width: int, job: str, reuse: bool = True,
+                 clock: Callable[[], float] = time.time):
         self.me = jax.process_index()
         self.count = jax.process_count()
         self.root = local_root(template, self.me)
-        self.interval = interval
+        self.decider = decider
         self.keep_last = keep_last
         self._options = options
         self._width = width
@@ -90,6 +92,8 @@ class LocalTier:
         # its collective calls.
         self.job = job
         self._last_started: int | None = None
+        self._last_started_time = policy_info.time_of_seconds(0)
+        self._clock = clock
         self._reuse = reuse
         os.makedirs(self.root, exist_ok=True)
         # folder q -> {step: name} of committed slices; only this process
@@ -108,9 +112,18 @@ class LocalTier:
 
     # -- saving ----------------------------------------------------------
 
-    def due(self, step: int) -> bool:
-        return step % self.interval == 0 and (self._last_started is None
-                                              or step > self._last_started)
+    def due(self, step: int, context: save_decisions.DecisionContext) -> bool:
+        """Whether ``step`` gets a local save (asked at every step: see
+        ``save_decisions.Decider``)."""
+        own = self.held.get(self.me, {})
+        previous = [policy_info.PolicyCheckpointInfo(s, None, policy_info.time_of_ns(
+            self._created_ns.get((self.me, s), 0))) for s in sorted(own)]
+        if self._last_started is not None and self._last_started not in own:
+            previous.append(policy_info.PolicyCheckpointInfo(self._last_started, None,
+                                                       self._last_started_time))
+        now = policy_info.time_of_seconds(self._clock())
+        due = self.decider.due(step, previous, context, now)
+        return due and (self._last_started is None or step > self._last_started)
 
     def save(self, step: int, items: Mapping[str, Any]) -> list[LocalSave]:
         """The blocking phase of a local save of ``step``; returns the started saves."""
@@ -118,6 +131,7 @@ class LocalTier:
             raise InvalidArgumentError(
                 f"checkpointable name {local_slices.SLICE_PART!r} is reserved by the local tier")
         self._last_started = step
+        self._last_started_time = policy_info.time_of_seconds(self._clock())
         started = time.monotonic()
         self._drop_from(step)
         staged, lease = save_lib.stage_parts(items, self._options, own_copies=True)
@@ -266,8 +280,11 @@ class LocalTier:
     def load(self, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
              options: options_lib.Options) -> dict[str, Any]:
         """Loads ``decision.step`` from the slices (collective; see
-        ``shardkeep.manager.checkpoint_manager.local_restore``)."""
-        return local_restore.load(self, decision, targets, partial=partial, options=options)
+        ``shardkeep.manager.checkpoint_manager.local_restore``), reported as a
+        load of this process's root (``shardkeep.base.events``)."""
+        with events.loading(self.root):
+            return local_restore.load(self, decision, targets, partial=partial,
+                                      options=options)
 
     def _list(self) -> dict[int, dict[int, tuple[str, int, int]]]:
         """folder q -> {step: (name, process count, created_ns)} of committed

@@ -56,10 +56,11 @@ def _process_queue() -> _core.SaveQueue:
 
 
 def start(start: Callable, path: str, timeout_s: float,
-          on_finished: Callable[[], None] | None = None) -> _core.QueuedSave:
+          on_finished: Callable[[str | None], None] | None = None) -> _core.QueuedSave:
     """Queues a save: ``start`` (which returns ``_core.start_save``'s
     handle) runs after the starts queued before it, off the caller's
-    thread; ``on_finished`` runs at the save's end, whatever the outcome."""
+    thread; ``on_finished(error)`` runs at the save's end, whatever the
+    outcome (``error``: None once committed, else what ended it)."""
     return _process_queue().enqueue(path, timeout_s, start, on_finished)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _core
 from . import background_saves
-from ..base import checkpointables, host_memory, unchanged
+from ..base import checkpointables, events, host_memory, unchanged
 from ..job import distributed
 from ..base import named_parts
 from . import staging
@@ -133,12 +133,12 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     a registered kind's class by that kind, anything else as a pytree.
     Each checkpointable can later be loaded alone.
     """
-    path, options, start, _, arrays = _prepare(path, items, options, custom_metadata, metrics,
-                                               force, step, base, own_copies=False)
+    path, options, start, _, arrays, recorded = _prepare(
+        path, items, options, custom_metadata, metrics, force, step, base, own_copies=False)
     # Queued like an async save (saves start in call order) and waited for
     # here: an error is raised, not logged. Ctrl-C cancels it (see
     # SaveFuture.result); the queue keeps it while its thread winds down.
-    save = background_saves.start(start, path, options.timeout_s)
+    save = background_saves.start(start, path, options.timeout_s, on_finished=recorded.ended)
     _remember(path, arrays, save)
     SaveFuture(save).result()
 
@@ -154,13 +154,18 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
     of starting the save in the core (e.g. AlreadyExistsError) by the
     future's ``result()``, or logged if it is never called.
     """
-    path, options, start, lease, arrays = _prepare(path, items, options, custom_metadata,
-                                                   metrics, force, step, base, own_copies=True)
+    path, options, start, lease, arrays, recorded = _prepare(
+        path, items, options, custom_metadata, metrics, force, step, base, own_copies=True)
     assert lease is not None  # own_copies
-    # The queue gives the buffer back at the save's end, before result()
-    # returns, so a loop that waits for a save and at once starts the next
-    # reuses it.
-    save = background_saves.start(start, path, options.timeout_s, on_finished=lease.give_back)
+    recorded.blocking_done()
+
+    def on_finished(error: str | None) -> None:
+        # The buffer goes back at the save's end, before result() returns,
+        # so a loop that waits for a save and at once starts the next
+        # reuses it.
+        lease.give_back()
+        recorded.ended(error)
+    save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
     _remember(path, arrays, save)
     return SaveFuture(save)
 
@@ -171,10 +176,22 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, base, 
 
     Returns the path, the resolved options, a function that starts the
     save in the core (returning its handle), with ``own_copies`` the lease
-    of the staging memory the shards were copied into, and the arrays to
-    remember once the save is queued (``_remember``).
+    of the staging memory the shards were copied into, the arrays to
+    remember once the save is queued (``_remember``), and the save's
+    events (``own_copies``: an async save), started here.
     """
     path = os.fspath(path)
+    recorded = events.SaveEvents(path, asynchronous=own_copies)
+    try:
+        return (*_stage_save(path, items, options, custom_metadata, metrics, force, step,
+                                   base, own_copies=own_copies), recorded)
+    except BaseException as e:
+        recorded.ended(str(e) or type(e).__name__)
+        raise
+
+
+def _stage_save(path: str, items, options, custom_metadata, metrics, force, step, base,
+                      *, own_copies: bool):
     options = options_lib.resolve(options)
     if not isinstance(items, Mapping) or not items:
         raise InvalidArgumentError("checkpointables must be a non-empty mapping of name to value")
@@ -298,7 +315,7 @@ def start_single_process_async(path, parts: list[_core.SavePart], *, options: op
     start = _starter(path, parts, step=step,
                      custom_metadata_json=_json_object("custom_metadata", custom_metadata),
                      metrics_json="{}", force=force, options=options, coordinator=None)
-    on_finished = lease.give_back if lease is not None else None
+    on_finished = None if lease is None else lambda error: lease.give_back()
     save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
     return SaveFuture(save)
 

@@ -115,3 +115,20 @@ def _linked_bytes(step_dir: str, previous_dir: str) -> int:
         return [os.path.join(data, name) for name in os.listdir(data)]
     earlier = {os.stat(f).st_ino for f in files(previous_dir)}
     return sum(os.stat(f).st_size for f in files(step_dir) if os.stat(f).st_ino in earlier)
+
+
+def continuous_job(root: str, clock_offsets: list, steps: int) -> dict:
+    """Continuous saving with a minimum interval; each process's clock is
+    offset from the real one by ``clock_offsets[process]`` seconds."""
+    mesh = _mesh()
+    offset = clock_offsets[jax.process_index()]
+    policy = sk.save_decisions.ContinuousCheckpointingPolicy(minimum_interval_secs=0.2)
+    with sk.CheckpointManager(root, save_decision_policy=policy, keep_last=3,
+                              clock=lambda: time.time() + offset) as mgr:
+        saved = []
+        for step in range(steps):
+            time.sleep(0.01 * (1 + jax.process_index()))  # loops of uneven speed
+            if mgr.save(step, _state(step, mesh)):
+                saved.append(step)
+        mgr.wait()
+        return {"saved": saved, "steps": mgr.all_steps()}

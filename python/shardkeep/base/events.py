@@ -1,0 +1,121 @@
+"""Saves and loads reported through ``jax.monitoring``, under Orbax's event names.
+
+Goodput tooling and trainers listen to ``jax.monitoring`` for Orbax's
+events; shardkeep records the same names, so their dashboards keep working
+after a switch (docs/MANAGER.md, "Events", lists them all). As in Orbax,
+the process with index 0 records the starts, durations and successes, and
+every process records the storage type. What Orbax has no name for
+(failures) is recorded under ``/jax/shardkeep/...``.
+
+A save's blocking duration is what the caller waited for (the
+device-to-host copy and staging); its background duration runs from there
+to the commit; its total from the call to the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Iterator
+
+import jax
+
+from .. import _core
+
+SAVE_FAILURE = "/jax/shardkeep/write/failure"
+LOAD_FAILURE = "/jax/shardkeep/read/failure"
+
+
+def storage_type(path: str) -> str:
+    """"s3", "file" or the URL's scheme ("memory", ...)."""
+    if _core.local_file_path(path) is not None:
+        return "file"
+    return path.split("://", 1)[0] if "://" in path else "other"
+
+
+def _primary() -> bool:
+    return jax.process_index() == 0
+
+
+class SaveEvents:
+    """The events of one save, from its start (the object's creation)."""
+
+    def __init__(self, path: str, *, asynchronous: bool):
+        self._storage = storage_type(path)
+        self._async = asynchronous
+        self._started = time.monotonic()
+        self._blocking_s: float | None = None
+        self._lock = threading.Lock()
+        kind = "async/" if asynchronous else ""
+        if _primary():
+            jax.monitoring.record_event(f"/jax/orbax/write/{kind}start")
+            jax.monitoring.record_scalar(f"/jax/orbax/write/{kind}start_time",
+                                         time.time() * 1000.0, storage_type=self._storage)
+        jax.monitoring.record_event("/jax/orbax/write/storage_type",
+                                    storage_type=self._storage)
+
+    def blocking_done(self) -> None:
+        """The caller stops waiting (async saves: the save goes on behind)."""
+        with self._lock:
+            self._blocking_s = time.monotonic() - self._started
+            blocking = self._blocking_s
+        if not (_primary() and self._async):
+            return
+        jax.monitoring.record_event_duration_secs(
+            "/jax/checkpoint/write/async/blocking_duration_secs", blocking)
+        jax.monitoring.record_event_duration_secs(
+            "/jax/orbax/write/async/blocking_duration_secs", blocking,
+            storage_type=self._storage)
+        jax.monitoring.record_scalar("/jax/orbax/write/async/blocking_end_time",
+                                     time.time() * 1000.0, storage_type=self._storage)
+
+    def ended(self, error: str | None) -> None:
+        """The save committed (``error`` None) or failed."""
+        total = time.monotonic() - self._started
+        with self._lock:
+            blocking = total if self._blocking_s is None else self._blocking_s
+        if not _primary():
+            return
+        if error is not None:
+            jax.monitoring.record_event(SAVE_FAILURE, storage_type=self._storage)
+            return
+        jax.monitoring.record_event("/jax/orbax/write/success")
+        if self._async:
+            jax.monitoring.record_event_duration_secs(
+                "/jax/orbax/write/background_duration_secs", total - blocking,
+                storage_type=self._storage)
+            jax.monitoring.record_event_duration_secs(
+                "/jax/checkpoint/write/async/total_duration_secs", total,
+                storage_type=self._storage)
+            jax.monitoring.record_event_duration_secs(
+                "/jax/orbax/write/async/total_duration_secs", total,
+                storage_type=self._storage)
+        else:
+            jax.monitoring.record_event_duration_secs(
+                "/jax/orbax/write/blocking_duration_secs", total, storage_type=self._storage)
+            jax.monitoring.record_event_duration_secs(
+                "/jax/orbax/write/total_duration_secs", total, storage_type=self._storage)
+
+
+@contextlib.contextmanager
+def loading(path: str) -> Iterator[None]:
+    """The events of a load that runs in the ``with`` body."""
+    storage = storage_type(path)
+    started = time.monotonic()
+    if _primary():
+        jax.monitoring.record_event("/jax/orbax/read/start")
+    jax.monitoring.record_event("/jax/orbax/read/storage_type", storage_type=storage)
+    try:
+        yield
+    except BaseException:
+        if _primary():
+            jax.monitoring.record_event(LOAD_FAILURE, storage_type=storage)
+        raise
+    if _primary():
+        total = time.monotonic() - started
+        jax.monitoring.record_event("/jax/orbax/read/success")
+        jax.monitoring.record_event_duration_secs("/jax/orbax/read/blocking_duration_secs",
+                                                  total, storage_type=storage)
+        jax.monitoring.record_event_duration_secs("/jax/orbax/read/total_duration_secs",
+                                                  total, storage_type=storage)
