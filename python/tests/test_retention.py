@@ -205,3 +205,44 @@ def test_a_policy_and_its_short_arguments_are_not_both_taken():
         policy_arguments.preservation_policy(
             LatestN(1), keep_last=2, keep_every_steps=None, keep_best=None, best_metric=None,
             best_mode="min")
+
+
+def test_durations_carry_across_a_restart(tmp_path):
+    """Ages come from the commit records: steps saved before a restart are
+    as old as their records say, whatever the file system says."""
+    import os
+    import time
+
+    import numpy as np
+
+    import shardkeep as sk
+
+    policy = LatestDuration(datetime.timedelta(seconds=1.5))
+    with sk.CheckpointManager(tmp_path, preservation_policy=policy) as mgr:
+        for step in (1, 2):
+            mgr.save(step, {"x": np.full(4, step)})
+        mgr.wait()
+        assert mgr.all_steps() == [1, 2]
+    time.sleep(2.0)
+    for step in (1, 2):  # touching the folders makes them look new to the file system
+        os.utime(tmp_path / f"{step:09d}")
+    with sk.CheckpointManager(tmp_path, preservation_policy=policy) as mgr:
+        assert mgr.all_steps() == [1, 2]  # nothing is deleted before a commit
+        mgr.save(3, {"x": np.full(4, 3)})
+        mgr.wait()
+        assert mgr.all_steps() == [3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000000003"]
+
+
+def test_best_step_follows_the_first_best_n_of_a_policy(tmp_path):
+    import numpy as np
+
+    import shardkeep as sk
+
+    policy = AnyPreservationPolicy([LatestN(1), BestN(get_metric_fn=lambda m: m["acc"], n=1)])
+    with sk.CheckpointManager(tmp_path, preservation_policy=policy) as mgr:
+        for step, acc in [(1, 0.5), (2, 0.9), (3, 0.7), (4, 0.6)]:
+            mgr.save(step, {"x": np.full(4, step)}, metrics={"acc": acc})
+        mgr.wait()
+        assert mgr.best_step() == 2
+        assert mgr.all_steps() == [2, 4]
