@@ -31,6 +31,7 @@
 #include "engine/copy.h"
 #include "engine/parallel.h"
 #include "engine/save_queue.h"
+#include "background_copy.h"
 #include "meta_objects.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
@@ -1143,6 +1144,7 @@ NB_MODULE(_core, m) {
       .def_rw("s3", &Options::s3);
 
   BindSaveQueue(m);
+  binding::BindBackgroundCopy(m);
 
   // The arguments of start_save and Reader.read, built by the Python front.
   nb::class_<StoredIn>(m, "StoredIn",

@@ -87,3 +87,24 @@ def test_arena_starts_a_new_slab_when_one_is_full():
         buf[:] = i
     assert [int(b[0]) for b in bufs] == list(range(count))
     assert [int(b[-1]) for b in bufs] == list(range(count))
+
+
+def test_background_copies_run_while_the_caller_goes_on_and_finish_waits():
+    from shardkeep import _core
+
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(0, 255, n, dtype=np.uint8) for n in (1, 4096, 3 << 20, 7 << 20)]
+    destinations = [np.zeros(s.size, np.uint8) for s in sources]
+    copier = _core.BackgroundCopy(2, batch_bytes=1 << 20)
+    for s, d in zip(sources, destinations):
+        copier.add(s, d)
+    copier.finish()
+    assert all(np.array_equal(s, d) for s, d in zip(sources, destinations))
+    with pytest.raises(ValueError, match="sizes differ"):
+        copier.add(sources[0], destinations[1])
+    readonly = sources[1].copy()
+    readonly.flags.writeable = False
+    destinations[1][:] = 0
+    copier.add(readonly, destinations[1])  # a read-only source (a jax buffer's view)
+    copier.finish()
+    assert np.array_equal(readonly, destinations[1])

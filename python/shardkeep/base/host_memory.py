@@ -89,6 +89,12 @@ def _mapped(nbytes: int) -> np.ndarray:
     return np.frombuffer(mapping, np.uint8)[:nbytes]
 
 
+def copy_thread_count() -> int:
+    """How many threads copy a large batch: memory bandwidth, and first
+    touches of fresh memory, scale with cores."""
+    return min(os.cpu_count() or 1, _MAX_COPY_THREADS)
+
+
 def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
     """Copies each source into the destination beside it (same shape and dtype).
 
@@ -97,7 +103,7 @@ def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
     first touches of fresh memory, scale with cores.
     """
     total = sum(src.nbytes for src in sources)
-    workers = min(len(sources), os.cpu_count() or 1, _MAX_COPY_THREADS)
+    workers = min(len(sources), copy_thread_count())
     if total < _PARALLEL_COPY_BYTES or workers < 2:
         for src, dst in zip(sources, destinations):
             np.copyto(dst, src)

@@ -261,8 +261,9 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
     With ``own_copies``, the shards that alias the caller's memory are
     copied into one staging buffer (see ``shardkeep.saving.staging_pool``),
     whose lease is returned: the caller may then donate, delete or
-    overwrite its arrays. Without, those shards must be written before the
-    arrays change.
+    overwrite its arrays. The copies run on native threads while the rest
+    is staged (the buffer is sized from the plans first). Without, those
+    shards must be written before the arrays change.
     """
     staged = Staged([], [], {})
     # Thousands of small objects: no collection in the blocking phase. One
@@ -270,37 +271,76 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
     # data, each holds a buffer view of a caller's array (GC-tracked), and
     # re-enabling in between sets off a collection that walks them all.
     with gc_paused():
+        parts = []
         for name, value in items.items():
             checkpointables.check_name(name)
             part = checkpointables.classify(value)
-            if part.kind != "pytree":
-                staged.parts.append(checkpointables.value_part(name, part))
-                continue
-            tree = staging.stage_pytree(part.value, replica_parallel=options.replica_parallel,
-                                        registered_kind=part.registered_kind, base=base,
-                                        checkpointable=name)
-            staged.parts.append(_core.SavePart(name, "pytree", tree.meta_json,
-                                               shards=tree.shards))
-            staged.aliased += tree.aliased
-            staged.arrays[name] = tree.arrays
-        return staged, (_copy_aliased(staged.aliased, options) if own_copies else None)
+            planned = (staging.plan_pytree(part.value, options.replica_parallel)
+                       if part.kind == "pytree" else None)
+            parts.append((name, part, planned))
+        copies = None
+        if own_copies:
+            sizes = [n for _, _, planned in parts if planned is not None
+                     for n in staging.aliased_sizes(planned)]
+            copies = _StreamedCopies(staging_pool.lease(
+                staging_pool.bytes_needed(sizes), reuse=options.reuse_staging_memory))
+        try:
+            for name, part, planned in parts:
+                if planned is None:
+                    staged.parts.append(checkpointables.value_part(name, part))
+                    continue
+                tree = staging.stage_pytree(
+                    part.value, replica_parallel=options.replica_parallel,
+                    registered_kind=part.registered_kind, base=base, checkpointable=name,
+                    planned=planned, on_aliased=None if copies is None else copies.add)
+                staged.parts.append(_core.SavePart(name, "pytree", tree.meta_json,
+                                                   shards=tree.shards))
+                staged.aliased += tree.aliased
+                staged.arrays[name] = tree.arrays
+            if copies is None:
+                return staged, None
+            copies.finish()
+        except BaseException:
+            if copies is not None:
+                copies.abandon()
+            raise
+        return staged, copies.lease
 
 
-def _copy_aliased(aliased: list[_core.Shard], options: options_lib.Options
-                  ) -> staging_pool.Lease:
-    """Points ``aliased`` at copies in one staging buffer; returns its lease."""
-    sources = [_host_array(shard) for shard in aliased]
-    lease = staging_pool.lease(staging_pool.bytes_needed(s.nbytes for s in sources),
-                               reuse=options.reuse_staging_memory)
-    try:
-        copies = [lease.carve(s.nbytes) for s in sources]
-        host_memory.copy_all(sources, copies)
-    except BaseException:
-        lease.give_back()
-        raise
-    for shard, copy in zip(aliased, copies):
-        shard.data = copy
-    return lease
+class _StreamedCopies:
+    """Copies aliased shards into one leased staging buffer on native
+    threads (``_core.BackgroundCopy``, which never takes the GIL) while the
+    training thread stages the next shards; ``finish`` waits and points
+    each shard at its copy.
+
+    Shards and copies are kept in two lists, not as pairs: thousands of
+    new tuples would leave the collector's count high (freed tuples go to
+    a free list without counting down) and set off a collection as the
+    caller's pause ends."""
+
+    def __init__(self, lease: staging_pool.Lease):
+        self.lease = lease
+        self._copier = _core.BackgroundCopy(host_memory.copy_thread_count())
+        self._shards: list[_core.Shard] = []
+        self._copies: list[np.ndarray] = []  # kept alive until finish
+
+    def add(self, shard: _core.Shard) -> None:
+        source = _host_array(shard)  # the shard keeps it alive until finish
+        copy = self.lease.carve(source.nbytes)
+        self._shards.append(shard)
+        self._copies.append(copy)
+        self._copier.add(source, copy)
+
+    def finish(self) -> None:
+        self._copier.finish()
+        for shard, copy in zip(self._shards, self._copies):
+            shard.data = copy
+
+    def abandon(self) -> None:
+        """After a failure: waits for the copies under way (they read the
+        caller's arrays and write the buffer), then gives the buffer back."""
+        self._copier.finish()
+        self.lease.give_back()
 
 
 def start_single_process_async(path, parts: list[_core.SavePart], *, options: options_lib.Options,

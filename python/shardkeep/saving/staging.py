@@ -76,7 +76,8 @@ class Base:
 
 def stage_pytree(tree: Any, *, replica_parallel: bool,
                  registered_kind: str | None = None, base: Base | None = None,
-                 checkpointable: str = "state") -> StagedTree:
+                 checkpointable: str = "state", planned: "Planned | None" = None,
+                 on_aliased: Callable[[_core.Shard], None] | None = None) -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
 
     ``replica_parallel`` splits each replicated box among the devices
@@ -90,24 +91,12 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     contents, the shards of the other arrays worth comparing name the leaf
     of the same key path in checkpointable ``checkpointable`` of ``base``
     as the place whose bytes the core compares theirs with.
+
+    ``planned`` is ``plan_pytree(tree, replica_parallel)`` when the caller
+    has it; ``on_aliased`` is called with each aliased shard as soon as it
+    is staged (an async save starts copying it while the rest is staged).
     """
-    flat: list | None
-    key: tuple | None
-    try:
-        flat, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
-        key = (treedef, replica_parallel)
-    except (TypeError, ValueError):  # e.g. a dict with str and int keys, which JAX cannot sort
-        flat, key = None, None
-    plan = _plans.get(key) if key is not None else None
-    if plan is not None and flat is not None and plan.fits(flat):
-        values = flat
-    else:
-        plan, values = _make_plan(tree, flat, replica_parallel)
-        if plan.cacheable and key is not None:
-            _plans.pop(key, None)
-            while len(_plans) >= _MAX_PLANS:
-                del _plans[next(iter(_plans))]
-            _plans[key] = plan
+    plan, values = planned if planned is not None else plan_pytree(tree, replica_parallel)
     for number in plan.array_leaves:
         _check_not_deleted(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
     arrays = [(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
@@ -157,8 +146,41 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
         shards.append(shard)
         if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
             aliased.append(shard)
+            if on_aliased is not None:
+                on_aliased(shard)
         # (On accelerators the host array is a fresh copy nobody else writes.)
     return StagedTree(plan.meta_json_for(values, registered_kind), shards, aliased, arrays)
+
+
+Planned = tuple["_Plan", list]
+
+
+def plan_pytree(tree: Any, replica_parallel: bool) -> Planned:
+    """The plan of ``tree`` (kept for trees of its structure and leaf
+    signatures) and the values it indexes."""
+    flat: list | None
+    key: tuple | None
+    try:
+        flat, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
+        key = (treedef, replica_parallel)
+    except (TypeError, ValueError):  # e.g. a dict with str and int keys, which JAX cannot sort
+        flat, key = None, None
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None and flat is not None and plan.fits(flat):
+        return plan, flat
+    plan, values = _make_plan(tree, flat, replica_parallel)
+    if plan.cacheable and key is not None:
+        _plans.pop(key, None)
+        while len(_plans) >= _MAX_PLANS:
+            del _plans[next(iter(_plans))]
+        _plans[key] = plan
+    return plan, values
+
+
+def aliased_sizes(planned: Planned) -> list[int]:
+    """The byte sizes of the shards ``stage_pytree`` may report as aliased,
+    in its order (fewer where a base holds some)."""
+    return planned[0].aliased_sizes
 
 
 def _fill_from(path: str, source: ArraySource, origin: list[int],
@@ -205,6 +227,7 @@ class _Plan:
     structure: dict
     cacheable: bool
     all_on_host: bool
+    aliased_sizes: list[int]  # bytes of the sources in the caller's host memory
     _values: list = dataclasses.field(default_factory=list)  # bool/int/float/str leaves
     _registered_kind: str | None = None
     _meta_json: str = ""
@@ -279,9 +302,12 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
                 remembered_arrays.append(index)
         elif isinstance(value, _VALUE_TYPES):
             scalar_values.append((index, value))
+    aliased_sizes = [math.prod(s.shape) * dtypes.from_name(s.dtype_name).itemsize
+                     for s in plan_sources
+                     if s.on_host and not isinstance(values[s.value_index], ArraySource)]
     plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
                  remembered_arrays, comparable_arrays, plan_sources, structure, cacheable,
-                 all(s.on_host for s in plan_sources), scalar_values)
+                 all(s.on_host for s in plan_sources), aliased_sizes, scalar_values)
     return plan, values
 
 
