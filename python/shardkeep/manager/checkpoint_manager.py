@@ -171,8 +171,8 @@ class CheckpointManager:
                  decision_lead_steps: int = 2, clock: Callable[[], float] = time.time):
         self._root = _root_url(root)
         self._reuse = bool(reuse_unchanged)
-        _check_positive_int("step_width", step_width)
-        _check_positive_int("decision_lead_steps", decision_lead_steps)
+        save_decisions.check_positive("step_width", step_width)
+        save_decisions.check_positive("decision_lead_steps", decision_lead_steps)
         save_policy = policy_arguments.save_policy(save_decision_policy, save_interval_steps)
         local_policy = None
         if local_root is None and (local_save_interval_steps is not None
@@ -182,7 +182,7 @@ class CheckpointManager:
         if local_root is not None:
             local_policy = policy_arguments.local_save_policy(local_save_decision_policy,
                                                               local_save_interval_steps)
-            _check_positive_int("local_keep_last", local_keep_last)
+            save_decisions.check_positive("local_keep_last", local_keep_last)
         self._preservation, self._best = policy_arguments.preservation_policy(
             preservation_policy, keep_last=keep_last, keep_every_steps=keep_every_steps,
             keep_best=keep_best, best_metric=best_metric, best_mode=best_mode)
@@ -779,11 +779,6 @@ def _described(error: BaseException, message: str) -> BaseException:
         described = ShardkeepError(message)
     described.__cause__ = error
     return described
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
 
 
 def _checked_step(step) -> int:
