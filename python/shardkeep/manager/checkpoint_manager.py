@@ -198,6 +198,8 @@ class CheckpointManager:
         self._created_ns: dict[int, int] = {}   # committed step -> its record's created_ns
         # Step saved by this manager -> its start by ``clock`` (save decisions).
         self._started_times: dict[int, datetime.datetime] = {}
+        self._record_version = 0  # counts the changes of the record above
+        self._previous_cache: tuple[int, _Commit | None, list] | None = None  # see _previous
         self._names: dict[int, str] = {}        # committed step -> directory name
         self._in_use: collections.Counter = collections.Counter()
         self._deferred: dict[int, str] = {}     # dropped while in use: step -> name
@@ -583,6 +585,7 @@ class CheckpointManager:
         logger.info("step %d committed, %.2f s after its save started", job.step,
                     time.monotonic() - job.started)
         with self._lock:
+            self._record_version += 1  # also covers the deletions below
             self._steps[job.step] = job.metrics
             self._created_ns[job.step] = job.future.created_ns() or 0
             self._started_times[job.step] = job.started_time
@@ -678,15 +681,24 @@ class CheckpointManager:
         """The steps saved so far as the save decisions see them: committed,
         then the one in flight. The steps this manager saved are timed by
         its ``clock`` (the clock "now" is read from), the others by their
-        records."""
+        records.
+
+        Asked at every training step: the list is rebuilt only when the
+        record or the save in flight has changed since the last call.
+        """
+        pending = self._pending
         with self._lock:
+            cache = self._previous_cache
+            # The save in flight by identity (the cache holds it: no reused id).
+            if cache is not None and cache[0] == self._record_version and cache[1] is pending:
+                return cache[2]
             previous = [dataclasses.replace(info, time=self._started_times.get(info.step,
                                                                                info.time))
                         for info in self._committed()]
-        pending = self._pending
-        if pending is not None and pending.step not in self._steps:
-            previous.append(policy_info.PolicyCheckpointInfo(pending.step, pending.metrics,
-                                                             pending.started_time))
+            if pending is not None and pending.step not in self._steps:
+                previous.append(policy_info.PolicyCheckpointInfo(pending.step, pending.metrics,
+                                                                 pending.started_time))
+            self._previous_cache = (self._record_version, pending, previous)
         return previous
 
     def _saving(self) -> bool:
