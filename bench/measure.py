@@ -294,6 +294,11 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
             tool.close()
             remove(path)
         return result
+    if op == "reload_warm":
+        return result | reload_warm(tool, ckpt, workload, scale)
+    if op == "sk_load_warm":  # this tool's checkpoint loaded by shardkeep's load_orbax
+        tool = tools.make("shardkeep")
+        tool.load = tool.load_orbax
     layout = "tp" if op.startswith("reshard") else "fsdp"
     if tool.framework == "torch" and layout == "tp":
         raise NotApplicable("DCP holds plain (unsharded) tensors in one process: no resharding")
@@ -309,6 +314,36 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
     result["seconds"] = time.perf_counter() - start
     result["peak_rss_kib"] = status_kib("VmHWM")
     result["verified"] = verify(tool, workload, scale, loaded)
+    return result
+
+
+RELOADS = 10
+
+
+def reload_warm(tool, ckpt: str, workload: str, scale: str) -> dict:
+    """The state loaded ``RELOADS`` times in one process, each load after
+    the first into the live state it replaces (``tool.reload``; a tool
+    without one loads onto the live arrays as its target), as evaluation
+    after training or serving new weights does. "seconds" is the median of
+    the loads after the first, "max_seconds" the slowest of them."""
+    import statistics
+    import tools
+    if not exists(ckpt):
+        raise FileNotFoundError(f"{ckpt}: run the save op first")
+    warm(ckpt)
+    reload = getattr(tool, "reload", tool.load)
+    result: dict = {}
+    start = begin_timing(tool, "reload_warm", result, "load")
+    live = tool.load(ckpt, tools.target_for(tool, workload, scale, "fsdp"))
+    times = [time.perf_counter() - start]
+    for _ in range(RELOADS - 1):
+        start = time.perf_counter()
+        live = reload(ckpt, live)
+        times.append(time.perf_counter() - start)
+    result.update(seconds=statistics.median(times[1:]), max_seconds=max(times[1:]),
+                  first_seconds=times[0], all_seconds=times,
+                  peak_rss_kib=status_kib("VmHWM"),
+                  verified=verify(tool, workload, scale, live))
     return result
 
 

@@ -19,6 +19,7 @@ PEERS = ("orbax", "dcp")
 FLOOR_FOR = {("W1", "save"): "write", ("W1", "load_cold"): "read_cold",
              ("W1", "load_warm"): "read_warm", ("W1", "reshard_cold"): "read_cold",
              ("W1", "reshard_warm"): "read_warm", ("W1", "async_save"): "memcpy",
+             ("W1", "reload_warm"): "read_warm",
              ("W3", "save"): "write", ("W3", "load"): "read_warm",
              ("W2", "save"): "write", ("W2", "load_cold"): "device_put",
              ("W2", "load_warm"): "device_put"}
@@ -98,15 +99,30 @@ def verdicts(results) -> list[dict]:
                          "save", 1.5)
     v.append(_ratio_check(results, "W1 async save blocking ≤ 1.2× memcpy floor", "W1",
                           "async_save", "floor", "memcpy", 1.2))
+    v.append(_ratio_check(results, "W1 first async save blocking ≤ 0.3× a sync save", "W1",
+                          "async_save", "shardkeep", "save", 0.3))
     v.append(_ratio_check(results, "W1 cold load ≤ 1.10× cold read floor", "W1", "load_cold",
                           "floor", "read_cold", 1.10))
     for cache in ("cold", "warm"):
         sk = median(results, "W1", f"reshard_{cache}", "shardkeep")
         same = median(results, "W1", f"load_{cache}", "shardkeep")
-        name = f"W1 resharded load ≤ 1.5× same-sharding load ({cache})"
+        name = f"W1 resharded load ≤ 1.3× same-sharding load ({cache})"
         v.append(_verdict(name, "not measured", None) if sk is None or same is None else
                  _verdict(name, f"{sk / same:.2f}× ({_fmt_s(sk)} vs {_fmt_s(same)})",
-                          sk / same <= 1.5))
+                          sk / same <= 1.3))
+    slowest = entry(results, "W1", "reload_warm", "shardkeep").get("max_seconds")
+    floor = median(results, "W1", "read_warm", "floor")
+    name = "W1 loaded 10× into the live state: each load after the first ≤ 1.2× warm read floor"
+    v.append(_verdict(name, "not measured", None) if slowest is None or floor is None else
+             _verdict(name, f"{slowest / floor:.2f}× (slowest {_fmt_s(slowest)}, median "
+                            f"{_fmt_s(median(results, 'W1', 'reload_warm', 'shardkeep'))} vs "
+                            f"{_fmt_s(floor)})", slowest <= 1.2 * floor))
+    by_sk = median(results, "W1", "sk_load_warm", "orbax")
+    by_orbax = median(results, "W1", "load_warm", "orbax")
+    name = "W1 saved by Orbax: load_orbax ≥ 2× faster than Orbax's own restore (warm)"
+    v.append(_verdict(name, "not measured", None) if by_sk is None or by_orbax is None else
+             _verdict(name, f"{by_orbax / by_sk:.2f}× ({_fmt_s(by_sk)} vs {_fmt_s(by_orbax)})",
+                      by_orbax / by_sk >= 2))
     v += _speedup_checks(results, "W3 (tmpfs) save ≥ 2× faster than each peer", "W3", "save", 2)
     v += _speedup_checks(results, "W3 (tmpfs) load ≥ 2× faster than each peer", "W3", "load", 2)
     for op in ("save", "load_warm", "load_cold"):
@@ -127,8 +143,11 @@ def verdicts(results) -> list[dict]:
                           other / sk >= 10))
     v.append(_rss_check(results, "Peak RSS, W1 sync save ≤ state + 512 MiB", "W1", "save",
                         state + 512 * MIB))
-    v.append(_rss_check(results, "Peak RSS, W1 cold load ≤ state + 512 MiB", "W1", "load_cold",
-                        state + 512 * MIB))
+    for op in ("load_cold", "load_warm", "reshard_cold", "reshard_warm"):
+        v.append(_rss_check(results, f"Peak RSS, W1 {op} ≤ state + 512 MiB", "W1", op,
+                            state + 512 * MIB))
+    v.append(_rss_check(results, "Peak RSS, W1 reload_warm ≤ state + 512 MiB (no memory kept"
+                                 " beyond the live state)", "W1", "reload_warm", state + 512 * MIB))
     v.append(_rss_check(results, "Peak RSS, W1 async save ≤ state + one staging copy + 512 MiB",
                         "W1", "async_save", 2 * state + 512 * MIB))
     if "W4" in results.get("not_run", {}):

@@ -47,7 +47,7 @@ W7_TOOLS = ("shardkeep", baseline.TOOL, "safetensors", "orbax", "orbax-tuned")
 W7_OPS = ["load_cold", "load_warm", "reshard_cold", "reshard_warm"]
 JAX_OPS = {
     "W1": ["save", "async_save", "load_cold", "load_warm", "reshard_cold", "reshard_warm",
-           "save_tiny"],
+           "reload_warm", "save_tiny"],
     "W2": ["save", "load_cold", "load_warm"],
     "W3": ["save", "load"],
     "W4": ["save", "load_warm", "save_tiny"],
@@ -79,7 +79,12 @@ def ops_for(tool: str, workload: str) -> list[str]:
         return W7_OPS if tool in W7_TOOLS else []
     if tool == "safetensors":
         return []
-    return (TORCH_OPS if tool.startswith("dcp") else JAX_OPS)[workload]
+    ops = (TORCH_OPS if tool.startswith("dcp") else JAX_OPS)[workload]
+    if tool == "orbax" and workload == "W1":
+        # Orbax's W1 checkpoint loaded by shardkeep's load_orbax, beside
+        # Orbax's own restore of it (load_warm), before the folder goes.
+        ops = ops + ["sk_load_warm"]
+    return ops
 
 
 def root_for(workload: str, args) -> str:
@@ -156,7 +161,7 @@ def summarize(measurements: list[dict]) -> dict:
         if good:
             seconds = [r["seconds"] for r in good]
             entry.update(median=statistics.median(seconds), min=min(seconds), max=max(seconds))
-            for key in ("total_seconds", "peak_rss_kib", "rss_before_kib", "runtime_rss_kib",
+            for key in ("total_seconds", "max_seconds", "peak_rss_kib", "rss_before_kib", "runtime_rss_kib",
                         "stored_bytes", "bytes", "loop_rss_kib", *W6_KEYS):
                 values = [r[key] for r in good if r.get(key) is not None]
                 if values:

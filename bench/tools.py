@@ -21,6 +21,8 @@ Orbax and shardkeep take ``s3://`` paths as they are.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 
 import s3_objects
@@ -74,6 +76,14 @@ class Shardkeep:
 
     def load(self, path, target):
         return block_until_ready(self.sk.load(path, target, options=self.options))
+
+    def reload(self, path, live):
+        """A load into the memory of the live state it replaces."""
+        options = dataclasses.replace(self.options, donate_target=True)
+        return block_until_ready(self.sk.load(path, live, options=options))
+
+    def load_orbax(self, path, target):
+        return block_until_ready(self.sk.load_orbax(path, target, options=self.options))
 
 
 class Orbax:

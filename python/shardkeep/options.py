@@ -41,6 +41,16 @@ class Options:
         copy, and the page cache is the array (see shardkeep.loading.file_mapping).
         Turn it off when other programs may truncate or rewrite checkpoint
         files in place while loaded arrays live (shardkeep never does).
+      donate_target: a load's target jax.Arrays are donated to it, as to a
+        jit with ``donate_argnums``: do not use them afterwards. On the CPU
+        backend the load reads each leaf straight into its target's memory
+        where JAX can give that memory up (it owns it and no numpy view of
+        it is alive); the target array is then deleted. This spares a job
+        that loads again and again the first touch of fresh pages. On other
+        backends the target arrays are deleted before the load places their
+        replacements, so devices never hold both. If the load fails, the
+        donated arrays are lost. No effect with load-and-broadcast (see
+        shardkeep.loading.donation).
       reuse_staging_memory: ``save_async`` copies the state into host
         memory kept from the previous async save (already touched, so the
         copy runs at memory speed instead of taking a page fault per page)
@@ -82,6 +92,7 @@ class Options:
     replica_parallel: bool = True
     allow_lossy_cast: bool = False
     map_files: bool = True
+    donate_target: bool = False
     reuse_staging_memory: bool = True
     compare_with_base: bool = False
     broadcast_load: bool | None = None

@@ -90,7 +90,8 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     with gc_paused():
         return load_executor.load(source, target, partial=False,
                                   broadcast=options.broadcasts_load_of(source.directory),
-                                  timeout_s=options.timeout_s)
+                                  timeout_s=options.timeout_s,
+                                  donate=options.donate_target)
 
 
 class OrbaxSource(Source):

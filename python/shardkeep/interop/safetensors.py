@@ -71,7 +71,8 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     with gc_paused():
         return load_executor.load(source, target, partial=True,
                                   broadcast=options.broadcasts_load_of(path),
-                                  timeout_s=options.timeout_s)
+                                  timeout_s=options.timeout_s,
+                                  donate=options.donate_target)
 
 
 def _renamed_for(path: str, meta: dict, names: list[str], target: Any,

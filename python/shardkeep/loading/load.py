@@ -109,12 +109,12 @@ def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
         origin = unchanged.Origin(path, name, record["created_ns"])
         results[name] = _load_one(reader, origin, available[name]["kind"], target,
                                   partial, core_options, map_files,
-                                  options.broadcasts_load_of(path))
+                                  options.broadcasts_load_of(path), options.donate_target)
     return results
 
 
 def _load_one(reader, origin: unchanged.Origin, kind: str, target: Any, partial: bool,
-              core_options, map_files: bool, broadcast: bool) -> Any:
+              core_options, map_files: bool, broadcast: bool, donate: bool) -> Any:
     name = origin.checkpointable
     where = f"{origin.checkpoint}/{name}"
     meta = reader.meta(name)
@@ -123,7 +123,7 @@ def _load_one(reader, origin: unchanged.Origin, kind: str, target: Any, partial:
                             origin=origin)
         with gc_paused():
             value = load_executor.load(source, target, partial=partial, broadcast=broadcast,
-                                       timeout_s=core_options.timeout_s)
+                                       timeout_s=core_options.timeout_s, donate=donate)
     elif target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
     elif kind == "json":

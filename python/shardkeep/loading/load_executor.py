@@ -1,71 +1,139 @@
-"""Running a ``LoadPlan`` against a source.
+"""Running a ``LoadPlan`` against a source, as a pipeline.
 
-Every box this process reads, of every leaf, is asked of the source in one
-call, so that the reads run in parallel and stored chunks shared by
-several boxes are fetched once. Each unique box is read once, whatever
-number of local devices hold it; with a load-and-broadcast plan, boxes
-that several processes hold are read once in the whole job and sent to the
-other holders (``broadcast_load``). Boxes the source can map from files
-are not read at all (``file_mapping``).
+The boxes this process reads are asked of the source in batches of whole
+leaves, each batch in one call so that its reads run in parallel and
+stored chunks shared by several boxes of a leaf are fetched once. While
+the source fills one batch on a background thread, the leaves of the
+batch before are placed on their devices (``placement``): placement never
+waits for every read, and reading never waits for placement.
+
+Each unique box is read once, whatever number of local devices hold it;
+with a load-and-broadcast plan, boxes that several processes hold are read
+once in the whole job and sent to the other holders (``broadcast_load``),
+which needs every read done before the exchange, so such a load is one
+batch. Boxes the source can map from files are not read at all
+(``file_mapping``); they are checked against their checksums while the
+batches are read.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import math
 from typing import Any
 
 import jax
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, host_memory, prng_keys, unchanged
-from . import load_plan
-from .load_plan import Finish, LeafPlan, LoadPlan
+from ..base import dtypes, host_memory, unchanged
+from . import donation, load_plan, placement
+from .load_plan import Finish, LeafPlan, LoadPlan, Slot
 from .load_source import Source
+
+# A batch holds whole leaves, about 1/_BATCHES of the bytes to read, and
+# at least _MIN_BATCH_BYTES so that each of the source's reads of a batch
+# has enough requests to run in parallel.
+_BATCHES = 8
+_MIN_BATCH_BYTES = 16 << 20
 
 
 def load(source: Source, target: Any, *, partial: bool, broadcast: bool,
-         timeout_s: float) -> Any:
+         timeout_s: float, donate: bool = False) -> Any:
     """Plans the load of ``source``'s tree onto ``target`` and runs it."""
     plan = load_plan.plan(source.where, source.meta(), target, partial=partial,
-                          broadcast=broadcast)
+                          broadcast=broadcast, donate=donate)
     return execute(plan, source, timeout_s=timeout_s)
 
 
 def execute(plan: LoadPlan, source: Source, *, timeout_s: float) -> Any:
     """Fills the plan's slots from ``source`` and builds the tree.
     ``timeout_s`` bounds each wait for other processes (load-and-broadcast)."""
-    slots = plan.slots()
     sharing = plan.sharing
     shared: set[int] = set()
     if sharing is not None:
         sharing.choose_readers(source)
         shared = sharing.shared_slots()
-    own = [slot for slot in slots if id(slot) not in shared]
-    mapped = source.map_boxes(own)
-    to_read = [slot for slot in own if slot.buffer is None]
+    donated = [leaf for leaf in plan.leaves if leaf.donor is not None]
+    if donated:
+        donation.take(donated)
+    # A taken donor's boxes are read into its memory, batch by batch.
+    into_donor = {id(s) for leaf in plan.leaves if leaf.donor is not None for s in leaf.slots}
+    own = [slot for slot in plan.slots() if id(slot) not in shared]
+    unfilled = [slot for slot in own if slot.buffer is None and id(slot) not in into_donor]
+    mapped = source.map_boxes(unfilled)
+    to_read = {id(slot) for slot in own} - {id(s) for s in unfilled if s.buffer is not None}
     arena = host_memory.Arena()
-    for slot in slots:
-        if slot.buffer is None:
+    for slot in plan.slots():
+        if slot.buffer is None and id(slot) not in into_donor:
             slot.buffer = arena.empty(slot.shape, slot.dtype)
-    requests = [slot.request() for slot in to_read]
-    if sharing is not None:
-        requests += [_core.ReadRequest(slot.number, dtypes.name_of(slot.dtype), origin, shape,
-                                       dtypes.as_bytes(buffer))
-                     for slot, origin, shape, buffer in sharing.own_pieces()]
+    if sharing is None:
+        batches = _batches(plan.leaves, to_read)
+        pieces = []
+    else:
+        batches = [(plan.leaves, [s for s in own if id(s) in to_read])]
+        pieces = [_core.ReadRequest(slot.number, dtypes.name_of(slot.dtype), origin, shape,
+                                    dtypes.as_bytes(buffer))
+                  for slot, origin, shape, buffer in sharing.own_pieces()]
+    values: dict[int, Any] = {}
+    with concurrent.futures.ThreadPoolExecutor(2, "shardkeep-load") as background:
+        verified = background.submit(mapped.verify)
+        reading = background.submit(read_batch, source, _requests(*batches[0], arena) + pieces)
+        for i, (leaves, _) in enumerate(batches):
+            reading.result()
+            if i + 1 < len(batches):
+                reading = background.submit(read_batch, source, _requests(*batches[i + 1], arena))
+            if sharing is not None:
+                sharing.exchange(f"load of {source.where}", timeout_s)
+            for leaf in leaves:
+                values[id(leaf)] = _finish(plan.where, leaf, arena)
+        verified.result()
+    ordered = [values[id(leaf)] for leaf in plan.leaves]
+    if source.origin is not None:
+        _remember(source, plan.leaves, ordered)
+    return plan.rebuild(ordered)
+
+
+def _batches(leaves: list[LeafPlan], to_read: set[int]
+             ) -> list[tuple[list[LeafPlan], list[Slot]]]:
+    """``leaves`` cut into runs of whole leaves, each with its slots to read."""
+    total = sum(_nbytes(s) for leaf in leaves for s in leaf.slots if id(s) in to_read)
+    batch_bytes = max(_MIN_BATCH_BYTES, total // _BATCHES)
+    batches: list[tuple[list[LeafPlan], list[Slot]]] = []
+    run: list[LeafPlan] = []
+    reads: list[Slot] = []
+    size = 0
+    for leaf in leaves:
+        run.append(leaf)
+        for slot in leaf.slots:
+            if id(slot) in to_read:
+                reads.append(slot)
+                size += _nbytes(slot)
+        if size >= batch_bytes:
+            batches.append((run, reads))
+            run, reads, size = [], [], 0
+    if run or not batches:
+        batches.append((run, reads))
+    return batches
+
+
+def _nbytes(slot: Slot) -> int:
+    return math.prod(slot.shape) * slot.dtype.itemsize
+
+
+def _requests(leaves: list[LeafPlan], reads: list[Slot],
+              arena: host_memory.Arena) -> list[_core.ReadRequest]:
+    """The reads of a batch, once its donated leaves have their buffers."""
+    for leaf in leaves:
+        if leaf.donor is not None:
+            donation.attach(leaf, arena)
+    return [slot.request() for slot in reads]
+
+
+def read_batch(source: Source, requests: list[_core.ReadRequest]) -> None:
+    """Fills one batch's requests (on the pipeline's background thread)."""
     if requests:
         source.read(requests)
-    mapped.verify()
-    if sharing is not None:
-        sharing.exchange(f"load of {source.where}", timeout_s)
-    puts = _DevicePuts()
-    for slot in slots:
-        if slot.devices is not None:
-            slot.placed = puts.add(slot.buffer, slot.devices)
-    puts.run()
-    values = [_finish(plan.where, leaf, puts) for leaf in plan.leaves]
-    if source.origin is not None:
-        _remember(source, plan.leaves, values)
-    return plan.rebuild(values)
 
 
 def _remember(source: Source, leaves: list[LeafPlan], values: list) -> None:
@@ -82,10 +150,12 @@ def _remember(source: Source, leaves: list[LeafPlan], values: list) -> None:
             unchanged.note_loaded(value, source.origin, leaf.path)
 
 
-def _finish(where: str, leaf: LeafPlan, puts: "_DevicePuts") -> Any:
+def _finish(where: str, leaf: LeafPlan, arena: host_memory.Arena) -> Any:
     finish = leaf.finish
     if finish is Finish.SHARDED:
-        return _assemble(leaf, puts)
+        if leaf.donor is not None:
+            return donation.finish(leaf)
+        return placement.place(leaf, arena)
     if finish is Finish.VALUE:
         return leaf.value
     if finish is Finish.HOST:
@@ -99,56 +169,3 @@ def _finish(where: str, leaf: LeafPlan, puts: "_DevicePuts") -> Any:
     if isinstance(target, np.ndarray):
         return host
     return jax.device_put(host, load_plan.target_sharding(where, leaf.path, target))
-
-
-def _assemble(leaf: LeafPlan, puts: "_DevicePuts") -> jax.Array:
-    arrays = [a for slot in leaf.slots for a in puts.arrays(slot.placed)]
-    sharding, shape = leaf.sharding, leaf.shape
-    assert sharding is not None  # planned with one
-    if leaf.key_impl:
-        # Typed keys are assembled from their per-device data in the
-        # sharding's device order, unlike plain arrays.
-        order = {d: i for i, d in enumerate(sharding.addressable_devices_indices_map(shape))}
-        arrays.sort(key=lambda a: order[next(iter(a.devices()))])
-        arrays = [prng_keys.wrap(a, leaf.key_impl) for a in arrays]
-    if len(arrays) == 1 and isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        return arrays[0]  # already the requested array
-    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
-
-
-class _DevicePuts:
-    """Host buffers to place on devices, placed by two batched device_put
-    calls for the whole tree instead of one call per shard (the per-call
-    overhead dominates loads of many small leaves).
-
-    device_put of a numpy array may alias it on the CPU backend, so a buffer
-    goes to its first device only; the other devices that hold the same box
-    get copies of that device's array, so that no two shards share memory.
-    """
-
-    def __init__(self):
-        self._buffers: list[np.ndarray] = []
-        self._firsts: list = []
-        self._others: list[tuple[int, Any]] = []
-        self._first_arrays: list = []
-        self._other_arrays: list = []
-
-    def add(self, buffer: np.ndarray, devices: list) -> tuple[int, list[int]]:
-        """Schedules ``buffer`` onto ``devices``; returns keys for ``arrays``."""
-        first = len(self._buffers)
-        self._buffers.append(buffer)
-        self._firsts.append(devices[0])
-        others = []
-        for device in devices[1:]:
-            others.append(len(self._others))
-            self._others.append((first, device))
-        return first, others
-
-    def run(self) -> None:
-        self._first_arrays = jax.device_put(self._buffers, self._firsts)
-        self._other_arrays = jax.device_put(
-            [self._first_arrays[i] for i, _ in self._others], [d for _, d in self._others])
-
-    def arrays(self, key: tuple[int, list[int]]) -> list:
-        first, others = key
-        return [self._first_arrays[first]] + [self._other_arrays[i] for i in others]

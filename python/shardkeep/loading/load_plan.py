@@ -31,8 +31,9 @@ class Slot:
     """One box of one leaf that this process needs, in the dtype wanted.
 
     ``buffer`` is the host array its bytes go to, chosen when the plan is
-    executed (mapped from a file, or allocated and read); ``placed`` the
-    key of its device arrays once the executor has scheduled them.
+    executed (mapped from a file, the memory of a donated array, or
+    allocated and read); ``copies``, for a donated array, the other devices'
+    memory that holds the same box.
     """
 
     number: int          # the leaf's position in the checkpoint's leaves
@@ -42,7 +43,12 @@ class Slot:
     dtype: np.dtype
     devices: list | None = None  # where the box goes; None: it stays on the host
     buffer: Any = None  # its numpy array, once the executor has chosen it
-    placed: Any = None
+    copies: list = dataclasses.field(default_factory=list)
+
+    def holders(self) -> list:
+        """The devices a box that goes to devices goes to (a SHARDED leaf's)."""
+        assert self.devices is not None
+        return self.devices
 
     def request(self) -> _core.ReadRequest:
         """The read of this box into its buffer, as sources take it."""
@@ -66,7 +72,8 @@ class LeafPlan:
 
     ``value``: for VALUE the value itself, for DELIVER the host array
     (None: the one slot's buffer); ``target`` for DELIVER; ``shape``,
-    ``sharding`` and ``key_impl`` (typed PRNG keys) for SHARDED.
+    ``sharding`` and ``key_impl`` (typed PRNG keys) for SHARDED, and
+    ``donor``, the target's jax.Array when it is donated (``donation``).
     """
 
     path: str
@@ -77,6 +84,7 @@ class LeafPlan:
     shape: tuple[int, ...] = ()
     sharding: jax.sharding.Sharding | None = None
     key_impl: str | None = None
+    donor: Any = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -104,14 +112,17 @@ class LoadPlan:
         return jax.tree_util.tree_unflatten(self.treedef, values)
 
 
-def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool) -> LoadPlan:
+def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool,
+         donate: bool = False) -> LoadPlan:
     """The plan of loading the leaves ``meta`` describes onto ``target``.
 
     ``where`` prefixes error messages. See ``shardkeep.load`` for the
     meaning of ``target`` and ``partial``; ``broadcast``: in a
     multi-process job, boxes of jax-sharded target leaves that several
     processes hold are read by one of them and sent to the others (see
-    ``broadcast_load``).
+    ``broadcast_load``); ``donate``: the target's jax.Arrays are donated
+    to the load (``donation``; not with load-and-broadcast, whose received
+    boxes go to memory of its own).
     """
     saved = meta["leaves"]
     if target is None:
@@ -123,7 +134,20 @@ def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool)
     sharing = (broadcast_load.Plan(jax.process_index())
                if broadcast and jax.process_count() > 1 else None)
     leaves = [_plan_leaf(where, n, saved[n], t, sharing) for n, (_, t) in zip(numbers, keyed)]
+    if donate and sharing is None:
+        _note_donors(leaves, [t for _, t in keyed])
     return LoadPlan(where, leaves, treedef=treedef, sharing=sharing)
+
+
+def _note_donors(leaves: list[LeafPlan], targets: list) -> None:
+    """Marks each sharded leaf whose target is a jax.Array as donated; an
+    array that is the target of several leaves is donated to the first."""
+    seen: set[int] = set()
+    for leaf, target in zip(leaves, targets):
+        if (leaf.finish is Finish.SHARDED and not leaf.key_impl
+                and isinstance(target, jax.Array) and id(target) not in seen):
+            seen.add(id(target))
+            leaf.donor = target
 
 
 def _match(where: str, target_paths: list[str], saved: list[dict], partial: bool) -> list[int]:

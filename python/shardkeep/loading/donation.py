@@ -1,0 +1,109 @@
+"""Loading into the memory of the arrays a load replaces (``donate=True``).
+
+A job that loads again and again (evaluation after training, serving that
+picks up new weights, a restart within one process) would otherwise fill
+fresh pages each time, and on virtual machines the kernel's first touch of
+a fresh page costs more than the copy into it. A donated target leaf's
+memory is reused instead: its boxes are read straight into it.
+
+Reuse is safe only where nothing else can see that memory. JAX's own
+donation decides: the leaf goes through a jitted identity that donates
+its input. Where XLA owns the buffers and no one holds a view of them (no
+``np.asarray`` of the array is alive, it does not wrap a caller's numpy
+array), the output keeps the input's memory and the caller's array is
+deleted, so the caller can no longer see the bytes being replaced; where
+it does not, the output is a copy, and the caller's array is left as it
+was. Either way the identity's output, which no one else holds, is the
+array the load fills and returns.
+
+The CPU backend's device memory is host memory, so only there can the
+reads go straight into it; on other backends the donated arrays are
+deleted before their leaves are placed, so that the device holds one copy
+of the state at a time, not two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..base import host_memory
+from .load_plan import LeafPlan, Slot
+
+
+# One call donates every leaf of a load (one dispatch, compiled once per
+# tree of shapes and shardings): an identity whose outputs keep the
+# inputs' memory where XLA can give it up.
+_identity = jax.jit(lambda arrays: arrays, donate_argnums=0)
+
+
+def take(leaves: list[LeafPlan]) -> None:
+    """Takes the donors of ``leaves`` (SHARDED, each with one): each
+    ``leaf.donor`` becomes an array of the load's own, to be given its
+    boxes by ``attach``, or None once the donor is deleted (the leaf is
+    then placed in new memory)."""
+    on_host = [leaf for leaf in leaves if _on_host(leaf)]
+    for leaf in leaves:
+        if not _on_host(leaf):
+            leaf.donor.delete()
+            leaf.donor = None
+    owned = jax.block_until_ready(_identity([leaf.donor for leaf in on_host]))
+    for leaf, array in zip(on_host, owned):
+        leaf.donor = array
+
+
+def attach(leaf: LeafPlan, arena: host_memory.Arena) -> None:
+    """Gives the slots of a taken leaf buffers in its array's memory, or,
+    where that memory is not laid out as the boxes are, new buffers (the
+    leaf is then placed as any other)."""
+    memory = {shard.device: shard.data for shard in leaf.donor.addressable_shards}
+    views = [[_writable(memory[device], slot) for device in slot.holders()] for slot in leaf.slots]
+    if any(view is None for slot_views in views for view in slot_views):
+        leaf.donor = None
+        for slot in leaf.slots:
+            slot.buffer = arena.empty(slot.shape, slot.dtype)
+        return
+    for slot, (first, *others) in zip(leaf.slots, views):
+        slot.buffer, slot.copies = first, others
+
+
+def finish(leaf: LeafPlan) -> jax.Array:
+    """The donated array, its boxes read; copies each box to the other
+    devices that hold it, then drops the views of its memory."""
+    assert leaf.donor is not None
+    for slot in leaf.slots:
+        for copy in slot.copies:
+            np.copyto(copy, slot.buffer)
+        slot.buffer, slot.copies = None, []
+    array, leaf.donor = leaf.donor, None
+    return array
+
+
+def _on_host(leaf: LeafPlan) -> bool:
+    donor = leaf.donor
+    return (donor.sharding == leaf.sharding
+            and all(device.platform == "cpu" for device in donor.sharding.device_set))
+
+
+class _Memory:
+    """A CPU device array's memory as a numpy array interface, writable,
+    keeping the device array (and so its memory) alive as long as the
+    numpy array viewing it."""
+
+    def __init__(self, device_array: Any, slot: Slot):
+        self._array = device_array
+        self.__array_interface__ = {
+            "shape": slot.shape, "typestr": slot.dtype.str,
+            "data": (device_array.unsafe_buffer_pointer(), False), "version": 3}
+
+
+def _writable(device_array: Any, slot: Slot) -> np.ndarray | None:
+    """A writable numpy array over a CPU device array's own memory, or None
+    where its layout is not the box's in C order."""
+    if (tuple(device_array.shape) != slot.shape or device_array.dtype != slot.dtype
+            or device_array.format.layout.major_to_minor != tuple(range(len(slot.shape)))):
+        return None
+    # The interface spells ml_dtypes' types as raw bytes (V2): view them back.
+    return np.asarray(_Memory(device_array, slot)).view(slot.dtype)
