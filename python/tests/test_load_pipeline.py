@@ -241,3 +241,16 @@ def test_without_donation_the_target_is_left_alone(tmp_path):
     loaded = sk.load(tmp_path / "c", live)
     _assert_equal(live, _state(0))
     _assert_equal(loaded, _state(1))
+
+
+@pytest.mark.parametrize("map_files", [True, False])
+def test_a_state_a_load_placed_is_donated_by_deleting_it(tmp_path, map_files):
+    # Its memory is shardkeep's own (a file mapping or a load's buffers),
+    # which XLA cannot give up: it is deleted, and the leaves load anew.
+    sk.save(tmp_path / "a", _state(1))
+    sk.save(tmp_path / "b", _state(2))
+    options = sk.Options(donate_target=True, map_files=map_files)
+    first = sk.load(tmp_path / "a", _target(_state(0)), options=options)
+    second = sk.load(tmp_path / "b", first, options=options)
+    assert all(a.is_deleted() for a in first.values())
+    _assert_equal(second, _state(2))

@@ -16,6 +16,13 @@ it does not, the output is a copy, and the caller's array is left as it
 was. Either way the identity's output, which no one else holds, is the
 array the load fills and returns.
 
+Arrays that a load placed in host memory of shardkeep's own (a file
+mapping, a load's buffers, adopted by XLA without a copy) are not XLA's to
+give up: the identity would copy them, only to have the copy overwritten.
+Such donors are recognised (``note_placed``) and deleted instead, and their
+leaves load as any other (mapped again, or read into new buffers); the
+arrays of that load are then XLA's own only if a computation made them.
+
 The CPU backend's device memory is host memory, so only there can the
 reads go straight into it; on other backends the donated arrays are
 deleted before their leaves are placed, so that the device holds one copy
@@ -24,6 +31,7 @@ of the state at a time, not two.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import jax
@@ -39,14 +47,33 @@ from .load_plan import LeafPlan, Slot
 _identity = jax.jit(lambda arrays: arrays, donate_argnums=0)
 
 
+# id -> weak reference of each array a load placed in shardkeep's own host
+# memory, dropped when the array is (jax arrays are not hashable).
+_placed: dict[int, weakref.ref] = {}
+
+
+def note_placed(array: jax.Array) -> jax.Array:
+    """Remembers that ``array`` lives in memory a load handed to XLA."""
+    key = id(array)
+    _placed[key] = weakref.ref(array, lambda _, key=key: _placed.pop(key, None))
+    return array
+
+
+def _placed_by_a_load(array: jax.Array) -> bool:
+    ref = _placed.get(id(array))
+    return ref is not None and ref() is array
+
+
 def take(leaves: list[LeafPlan]) -> None:
     """Takes the donors of ``leaves`` (SHARDED, each with one): each
     ``leaf.donor`` becomes an array of the load's own, to be given its
     boxes by ``attach``, or None once the donor is deleted (the leaf is
     then placed in new memory)."""
-    on_host = [leaf for leaf in leaves if _on_host(leaf)]
+    on_host = [leaf for leaf in leaves
+               if _on_host(leaf) and not _placed_by_a_load(leaf.donor)]
+    reused = {id(leaf) for leaf in on_host}
     for leaf in leaves:
-        if not _on_host(leaf):
+        if id(leaf) not in reused:
             leaf.donor.delete()
             leaf.donor = None
     owned = jax.block_until_ready(_identity([leaf.donor for leaf in on_host]))

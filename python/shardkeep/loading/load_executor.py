@@ -155,7 +155,7 @@ def _finish(where: str, leaf: LeafPlan, arena: host_memory.Arena) -> Any:
     if finish is Finish.SHARDED:
         if leaf.donor is not None:
             return donation.finish(leaf)
-        return placement.place(leaf, arena)
+        return donation.note_placed(placement.place(leaf, arena))
     if finish is Finish.VALUE:
         return leaf.value
     if finish is Finish.HOST:
