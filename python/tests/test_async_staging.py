@@ -5,6 +5,7 @@ saved again."""
 import os
 import sys
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -304,3 +305,36 @@ def test_shards_are_located_once_per_sharding_and_shape(tmp_path, monkeypatch):
         loaded = sk.load(tmp_path / name)
         for key, value in tree.items():
             assert_same_bits(loaded[key], np.asarray(value))
+
+
+def test_a_manager_prepares_staging_memory_before_its_first_save(tmp_path, fresh_buffers):
+    # Its first step that does not save makes the buffer ready in the
+    # background; the first save then borrows it instead of fresh memory.
+    update = update_fn()
+    state = update(training_state())
+    with sk.CheckpointManager(tmp_path, save_interval_steps=3) as manager:
+        assert not manager.save(1, state)
+        deadline = time.monotonic() + 60
+        while staging_pool.kept_bytes() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        prepared = staging_pool.kept_bytes()
+        assert prepared >= state["fsdp"].nbytes + state["single"].nbytes
+        assert len(fresh_buffers) == 1  # the prepared one
+        for step in (2, 3):
+            state = update(state)
+            manager.save(step, state)
+        manager.wait()
+        assert manager.all_steps() == [3]
+        assert len(fresh_buffers) == 1  # the save at step 3 borrowed it
+        path = manager.step_path(3)
+    restored = sk.load(path)
+    for name in ("fsdp", "single"):
+        assert_same_bits(restored[name], np.asarray(state[name]))
+
+
+def test_a_save_waits_for_the_buffer_being_prepared(fresh_buffers):
+    staging_pool.prepare(64 << 20)
+    lease = staging_pool.lease(32 << 20, reuse=True)  # joins the preparation
+    assert lease.buffer.size == 64 << 20 and len(fresh_buffers) == 1
+    lease.give_back()
+    assert staging_pool.kept_bytes() == 64 << 20

@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from .. import _core
+
 # XLA's CPU client adopts a host buffer without copying it only when its
 # address is a multiple of this; numpy's large allocations are 16 mod 64.
 XLA_ALIGNMENT = 64
@@ -30,6 +32,7 @@ _HUGEPAGE_ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 # Below this, handing work to other threads costs more than it saves.
 _PARALLEL_COPY_BYTES = 16 << 20
+_TOUCH_BATCH_BYTES = 64 << 20
 _MAX_COPY_THREADS = 8
 
 
@@ -87,6 +90,19 @@ def _mapped(nbytes: int) -> np.ndarray:
         except OSError:  # kernels without transparent huge pages
             pass
     return np.frombuffer(mapping, np.uint8)[:nbytes]
+
+
+def touch(buffer: np.ndarray) -> None:
+    """Writes every page of ``buffer`` (uint8) once, on native threads
+    that never take the GIL, so that later copies into it run at memory
+    speed: on virtual machines the first touch of memory the process has
+    not used recently is what costs (docs/DESIGN_NOTES.md, "Host memory")."""
+    zeros = np.zeros(HUGE_PAGE_BYTES, np.uint8)
+    copy = _core.BackgroundCopy(copy_thread_count(), _TOUCH_BATCH_BYTES)
+    for start in range(0, buffer.size, zeros.size):
+        piece = buffer[start:start + zeros.size]
+        copy.add(zeros[:piece.size], piece)
+    copy.finish()
 
 
 def copy_thread_count() -> int:

@@ -69,7 +69,7 @@ from ..saving import staging_pool
 from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
 from ..loading.load import load
 from .preemption import PreemptionWatch
-from ..saving.save import SaveFuture, save_checkpointables_async
+from ..saving.save import SaveFuture, prepare_staging, save_checkpointables_async
 
 logger = logging.getLogger("shardkeep")
 
@@ -187,6 +187,7 @@ class CheckpointManager:
             preservation_policy, keep_last=keep_last, keep_every_steps=keep_every_steps,
             keep_best=keep_best, best_metric=best_metric, best_mode=best_mode)
         self._async = bool(async_save)
+        self._staging_prepared = False  # see save()
         self._options = options_lib.resolve(options)
         self._width = step_width
         self._primary = jax.process_index() == 0
@@ -304,7 +305,12 @@ class CheckpointManager:
                            self._root)
             due = False
         if not (due or local_due):
+            if self._async and not self._staging_prepared:
+                # The first async save then copies into memory already touched.
+                self._staging_prepared = True
+                prepare_staging(named_parts.to_save(tree_or_checkpointables), self._options)
             return False
+        self._staging_prepared = True
         metrics = _plain_metrics(metrics)
         items = named_parts.to_save(tree_or_checkpointables)
         if due:

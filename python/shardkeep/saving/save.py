@@ -271,19 +271,11 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
     # data, each holds a buffer view of a caller's array (GC-tracked), and
     # re-enabling in between sets off a collection that walks them all.
     with gc_paused():
-        parts = []
-        for name, value in items.items():
-            checkpointables.check_name(name)
-            part = checkpointables.classify(value)
-            planned = (staging.plan_pytree(part.value, options.replica_parallel)
-                       if part.kind == "pytree" else None)
-            parts.append((name, part, planned))
+        parts = _planned_parts(items, options)
         copies = None
         if own_copies:
-            sizes = [n for _, _, planned in parts if planned is not None
-                     for n in staging.aliased_sizes(planned)]
             copies = _StreamedCopies(staging_pool.lease(
-                staging_pool.bytes_needed(sizes), reuse=options.reuse_staging_memory))
+                _staging_bytes(parts), reuse=options.reuse_staging_memory))
         try:
             for name, part, planned in parts:
                 if planned is None:
@@ -305,6 +297,34 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
                 copies.abandon()
             raise
         return staged, copies.lease
+
+
+def prepare_staging(items: Mapping[str, Any], options: options_lib.Options) -> None:
+    """Starts making the staging memory an async save of ``items`` would
+    copy into ready in the background (``staging_pool.prepare``), so that
+    the first async save of the process need not touch fresh memory. No
+    effect without ``reuse_staging_memory``."""
+    if options.reuse_staging_memory:
+        with gc_paused():
+            staging_pool.prepare(_staging_bytes(_planned_parts(items, options)))
+
+
+def _planned_parts(items: Mapping[str, Any], options: options_lib.Options) -> list[tuple]:
+    """(name, classified part, plan or None) of each checkpointable."""
+    parts = []
+    for name, value in items.items():
+        checkpointables.check_name(name)
+        part = checkpointables.classify(value)
+        planned = (staging.plan_pytree(part.value, options.replica_parallel)
+                   if part.kind == "pytree" else None)
+        parts.append((name, part, planned))
+    return parts
+
+
+def _staging_bytes(parts: list[tuple]) -> int:
+    """The staging buffer an async save of ``parts`` copies into."""
+    return staging_pool.bytes_needed(n for _, _, planned in parts if planned is not None
+                                     for n in staging.aliased_sizes(planned))
 
 
 class _StreamedCopies:

@@ -16,6 +16,13 @@ makes a save neither borrow nor keep one.
 
 A buffer is lent to one save at a time: a save that starts while another
 still writes from the kept buffer stages into fresh memory.
+
+The first async save of a process has no kept buffer. ``prepare`` (the
+manager calls it at its first step that does not save) makes one ready
+ahead of time: allocated and touched on native threads in the background,
+so that the first save's copy also runs into touched memory. A save that
+starts while it is being prepared waits for it: the rest of the touching
+is what the save would otherwise do itself.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..base import host_memory
 
 _lock = threading.Lock()
 _kept: np.ndarray | None = None
+_preparing: threading.Thread | None = None
 # Bumped by release(): buffers lent before it are not kept when returned.
 _generation = 0
 
@@ -75,11 +83,41 @@ def bytes_needed(sizes) -> int:
     return total
 
 
+def prepare(nbytes: int) -> None:
+    """Starts making a kept buffer of at least ``nbytes`` ready in the
+    background, unless one is kept or being prepared."""
+    global _preparing
+    with _lock:
+        if (_kept is not None and _kept.size >= nbytes) or _preparing is not None:
+            return
+        _preparing = threading.Thread(target=_prepare, args=(nbytes, _generation),
+                                      name="shardkeep-staging-prepare", daemon=True)
+        _preparing.start()
+
+
+def _prepare(nbytes: int, generation: int) -> None:
+    global _kept, _preparing
+    buffer = None
+    try:
+        buffer = host_memory.empty((nbytes,), np.uint8)
+        host_memory.touch(buffer)
+    finally:  # out of memory: the save allocates (and reports) it itself
+        with _lock:
+            _preparing = None
+            if (buffer is not None and generation == _generation
+                    and (_kept is None or _kept.size < buffer.size)):
+                _kept = buffer
+
+
 def lease(nbytes: int, *, reuse: bool) -> Lease:
     """A buffer of at least ``nbytes``: the kept one if it is free and large
-    enough (a smaller one is dropped), else fresh memory."""
+    enough (a smaller one is dropped), else fresh memory. Waits for a
+    buffer being prepared."""
     global _kept
     buffer = None
+    preparing = _preparing
+    if reuse and preparing is not None:
+        preparing.join()
     with _lock:
         generation = _generation
         if reuse and _kept is not None:
