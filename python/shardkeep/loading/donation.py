@@ -55,7 +55,11 @@ _placed: dict[int, weakref.ref] = {}
 def note_placed(array: jax.Array) -> jax.Array:
     """Remembers that ``array`` lives in memory a load handed to XLA."""
     key = id(array)
-    _placed[key] = weakref.ref(array, lambda _, key=key: _placed.pop(key, None))
+
+    def forget(_: weakref.ref) -> None:
+        _placed.pop(key, None)
+
+    _placed[key] = weakref.ref(array, forget)
     return array
 
 
