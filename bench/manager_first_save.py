@@ -1,0 +1,63 @@
+"""The first async save of a CheckpointManager in a fresh process: how long
+it blocks when the manager saw one step that did not save before it (and
+so made the staging memory ready in the background), and when it did not.
+
+Each run is one fresh process; run both kinds alternately, e.g.
+
+    for p in 0 1 0 1; do python bench/manager_first_save.py --scale full \
+        --root /path/on/disk --prepared $p; done
+
+With --prepared 1 the manager first sees step 1 (not due); the script then
+waits until the staging memory is ready, as the training steps in between
+would, and saves step 5. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import workloads  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--prepared", type=int, choices=(0, 1), default=1)
+    args = parser.parse_args(argv)
+    import jax
+    import shardkeep as sk
+    from shardkeep.saving import staging_pool
+
+    state = jax.block_until_ready(workloads.jax_state("W1", args.scale))
+    root = os.path.join(os.path.abspath(args.root), "manager-first-save")
+    shutil.rmtree(root, ignore_errors=True)
+    result: dict = {"scale": args.scale, "prepared": bool(args.prepared)}
+    with sk.CheckpointManager(root, save_interval_steps=5) as manager:
+        if args.prepared:
+            start = time.perf_counter()
+            manager.save(1, state)  # not due: the staging memory is prepared
+            result["step_1_seconds"] = time.perf_counter() - start
+            while staging_pool.kept_bytes() == 0:
+                time.sleep(0.01)
+            result["ready_after_seconds"] = time.perf_counter() - start
+        start = time.perf_counter()
+        manager.save(5, state)
+        result["blocking_seconds"] = time.perf_counter() - start
+        manager.wait()
+        result["total_seconds"] = time.perf_counter() - start
+    shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
