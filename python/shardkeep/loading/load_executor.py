@@ -29,7 +29,7 @@ from .. import _core
 from ..base import dtypes, host_memory, unchanged
 from . import donation, load_plan, placement
 from .load_plan import Finish, LeafPlan, LoadPlan, Slot
-from .load_source import Source
+from .load_source import Source, Verify
 
 # A batch holds whole leaves, about 1/_BATCHES of the bytes to read, and
 # at least _MIN_BATCH_BYTES so that each of the source's reads of a batch
@@ -54,24 +54,13 @@ def execute(plan: LoadPlan, source: Source, *, timeout_s: float) -> Any:
     if sharing is not None:
         sharing.choose_readers(source)
         shared = sharing.shared_slots()
-    donated = [leaf for leaf in plan.leaves if leaf.donor is not None]
-    if donated:
-        donation.take(donated)
-    # A taken donor's boxes are read into its memory, batch by batch.
-    into_donor = {id(s) for leaf in plan.leaves if leaf.donor is not None for s in leaf.slots}
-    own = [slot for slot in plan.slots() if id(slot) not in shared]
-    unfilled = [slot for slot in own if slot.buffer is None and id(slot) not in into_donor]
-    mapped = source.map_boxes(unfilled)
-    to_read = {id(slot) for slot in own} - {id(s) for s in unfilled if s.buffer is not None}
     arena = host_memory.Arena()
-    for slot in plan.slots():
-        if slot.buffer is None and id(slot) not in into_donor:
-            slot.buffer = arena.empty(slot.shape, slot.dtype)
+    mapped, to_read = _choose_buffers(plan, source, shared, arena)
     if sharing is None:
         batches = _batches(plan.leaves, to_read)
         pieces = []
     else:
-        batches = [(plan.leaves, [s for s in own if id(s) in to_read])]
+        batches = [(plan.leaves, [s for s in plan.slots() if id(s) in to_read])]
         pieces = [_core.ReadRequest(slot.number, dtypes.name_of(slot.dtype), origin, shape,
                                     dtypes.as_bytes(buffer))
                   for slot, origin, shape, buffer in sharing.own_pieces()]
@@ -92,6 +81,26 @@ def execute(plan: LoadPlan, source: Source, *, timeout_s: float) -> Any:
     if source.origin is not None:
         _remember(source, plan.leaves, ordered)
     return plan.rebuild(ordered)
+
+
+def _choose_buffers(plan: LoadPlan, source: Source, shared: set[int],
+                    arena: host_memory.Arena) -> tuple[Verify, set[int]]:
+    """Takes the donated leaves' memory, maps what the source can map and
+    allocates the rest; returns the mapped boxes (to verify) and the ids
+    of the slots to read. A taken donor's slots get their buffers batch by
+    batch (``_requests``)."""
+    donated = [leaf for leaf in plan.leaves if leaf.donor is not None]
+    if donated:
+        donation.take(donated)
+    into_donor = {id(s) for leaf in plan.leaves if leaf.donor is not None for s in leaf.slots}
+    own = [slot for slot in plan.slots() if id(slot) not in shared]
+    unfilled = [slot for slot in own if slot.buffer is None and id(slot) not in into_donor]
+    mapped = source.map_boxes(unfilled)
+    to_read = {id(slot) for slot in own} - {id(s) for s in unfilled if s.buffer is not None}
+    for slot in plan.slots():
+        if slot.buffer is None and id(slot) not in into_donor:
+            slot.buffer = arena.empty(slot.shape, slot.dtype)
+    return mapped, to_read
 
 
 def _batches(leaves: list[LeafPlan], to_read: set[int]
