@@ -338,3 +338,17 @@ def test_a_save_waits_for_the_buffer_being_prepared(fresh_buffers):
     assert lease.buffer.size == 64 << 20 and len(fresh_buffers) == 1
     lease.give_back()
     assert staging_pool.kept_bytes() == 64 << 20
+
+
+def test_a_preparation_from_before_a_release_is_dropped_not_waited_for():
+    staging_pool.prepare(256 << 20)
+    sk.release_staging_memory()  # e.g. a manager closed meanwhile
+    staging_pool.prepare(8 << 20)
+    lease = staging_pool.lease(4 << 20, reuse=True)  # joins the second only
+    assert lease.buffer.size == 8 << 20
+    lease.give_back()
+    deadline = time.monotonic() + 60
+    while any(t.name == "shardkeep-staging-prepare" for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert staging_pool.kept_bytes() == 8 << 20  # the first one's buffer was not kept

@@ -97,16 +97,18 @@ def prepare(nbytes: int) -> None:
 
 def _prepare(nbytes: int, generation: int) -> None:
     global _kept, _preparing
-    buffer = None
+    buffer: np.ndarray | None
     try:
         buffer = host_memory.empty((nbytes,), np.uint8)
         host_memory.touch(buffer)
-    finally:  # out of memory: the save allocates (and reports) it itself
-        with _lock:
+    except (MemoryError, OSError):  # the save allocates (and reports) it itself
+        buffer = None
+    with _lock:
+        if _preparing is threading.current_thread():  # not one release() forgot
             _preparing = None
-            if (buffer is not None and generation == _generation
-                    and (_kept is None or _kept.size < buffer.size)):
-                _kept = buffer
+        if (buffer is not None and generation == _generation
+                and (_kept is None or _kept.size < buffer.size)):
+            _kept = buffer
 
 
 def lease(nbytes: int, *, reuse: bool) -> Lease:
@@ -129,9 +131,10 @@ def lease(nbytes: int, *, reuse: bool) -> Lease:
 
 def release() -> None:
     """Drops the kept buffer, and those of saves running now when they finish."""
-    global _kept, _generation
+    global _kept, _generation, _preparing
     with _lock:
         _kept = None
+        _preparing = None  # one being prepared drops its buffer when done
         _generation += 1
 
 
