@@ -12,7 +12,6 @@ other memory.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import mmap
 import os
@@ -20,6 +19,7 @@ import os
 import numpy as np
 
 from .. import _core
+from . import dtypes
 
 # XLA's CPU client adopts a host buffer without copying it only when its
 # address is a multiple of this; numpy's large allocations are 16 mod 64.
@@ -32,7 +32,6 @@ _HUGEPAGE_ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 # Below this, handing work to other threads costs more than it saves.
 _PARALLEL_COPY_BYTES = 16 << 20
-_TOUCH_BATCH_BYTES = 64 << 20
 _MAX_COPY_THREADS = 8
 
 
@@ -93,16 +92,13 @@ def _mapped(nbytes: int) -> np.ndarray:
 
 
 def touch(buffer: np.ndarray) -> None:
-    """Writes every page of ``buffer`` (uint8) once, on native threads
-    that never take the GIL, so that later copies into it run at memory
-    speed: on virtual machines the first touch of memory the process has
-    not used recently is what costs (docs/DESIGN_NOTES.md, "Host memory")."""
+    """Writes every page of ``buffer`` (uint8) once, so that later copies
+    into it run at memory speed: on virtual machines the first touch of
+    memory the process has not used recently is what costs
+    (docs/DESIGN_NOTES.md, "Host memory")."""
     zeros = np.zeros(HUGE_PAGE_BYTES, np.uint8)
-    copy = _core.BackgroundCopy(copy_thread_count(), _TOUCH_BATCH_BYTES)
-    for start in range(0, buffer.size, zeros.size):
-        piece = buffer[start:start + zeros.size]
-        copy.add(zeros[:piece.size], piece)
-    copy.finish()
+    pieces = [buffer[start:start + zeros.size] for start in range(0, buffer.size, zeros.size)]
+    copy_all([zeros[:piece.size] for piece in pieces], pieces)
 
 
 def copy_thread_count() -> int:
@@ -112,45 +108,24 @@ def copy_thread_count() -> int:
 
 
 def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
-    """Copies each source into the destination beside it (same shape and dtype).
+    """Copies each source into the destination beside it (same shape and
+    dtype, C-contiguous).
 
-    Large batches are split over a few threads that live as long as the
-    process (numpy releases the GIL while copying): memory bandwidth, and
+    Large batches are copied on native threads that never take the GIL
+    (``_core.BackgroundCopy``, as async saves stage): memory bandwidth, and
     first touches of fresh memory, scale with cores.
     """
     total = sum(src.nbytes for src in sources)
-    workers = min(len(sources), copy_thread_count())
-    if total < _PARALLEL_COPY_BYTES or workers < 2:
+    if total < _PARALLEL_COPY_BYTES or copy_thread_count() < 2:
         for src, dst in zip(sources, destinations):
             np.copyto(dst, src)
         return
-    # Largest first, dealt round-robin: the threads get near-equal shares,
-    # and thousands of small arrays cost a few hand-overs, not one each.
-    order = sorted(range(len(sources)), key=lambda i: -sources[i].nbytes)
-    groups = [order[w::workers] for w in range(workers)]
-
-    def copy_group(group):
-        for i in group:
-            np.copyto(destinations[i], sources[i])
-
-    for done in [_copy_threads().submit(copy_group, g) for g in groups]:
-        done.result()
-
-
-_threads: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _copy_threads() -> concurrent.futures.ThreadPoolExecutor:
-    global _threads
-    if _threads is None:
-        _threads = concurrent.futures.ThreadPoolExecutor(_MAX_COPY_THREADS, "shardkeep-stage")
-    return _threads
-
-
-def _forget_threads_in_child() -> None:
-    # A forked child has none of the parent's threads.
-    global _threads
-    _threads = None
-
-
-os.register_at_fork(after_in_child=_forget_threads_in_child)
+    # About two batches a thread: near-equal shares, few hand-overs.
+    threads = copy_thread_count()
+    copy = _core.BackgroundCopy(threads, max(1 << 20, total // (2 * threads)))
+    for src, dst in zip(sources, destinations):
+        if src.shape != dst.shape or src.dtype != dst.dtype:
+            raise ValueError(f"copy_all: {src.dtype}{list(src.shape)} into"
+                             f" {dst.dtype}{list(dst.shape)}")  # a bug, not input
+        copy.add(dtypes.as_bytes(src), dtypes.as_bytes(dst))
+    copy.finish()
