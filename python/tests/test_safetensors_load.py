@@ -26,6 +26,8 @@ def model_tensors():
         "model.layers.1.attn.weight": rng.standard_normal((8, 8)).astype(np.float32),
         "model.layers.1.attn.scale": rng.standard_normal((8,)).astype(ml_dtypes.float8_e5m2),
         "model.norm.bias": np.arange(8, dtype=np.int32),
+        # Rows of 512 bytes in each 2x4 box: read straight into place.
+        "lm_head.weight": rng.standard_normal((16, 1024)).astype(ml_dtypes.bfloat16),
     }
 
 

@@ -36,6 +36,19 @@ struct StorageFeatures {
   // to this size even where each could be read straight into place: a copy
   // out of a buffer is cheaper than a request. 0: never.
   uint64_t min_efficient_read_bytes = 0;
+  // ReadScatter() fills all its pieces with about the cost of one ReadAt()
+  // of their span (a vectored read), so a box that is not contiguous in
+  // its file is read straight into place row by row instead of through a
+  // buffer. Without it, ReadScatter() is correct but makes one request per
+  // piece, and the reader does not use it.
+  bool scatter_reads = false;
+};
+
+// One destination of Storage::ReadScatter(): the next `size` bytes of the
+// file go to `dst`, or are skipped when `dst` is null.
+struct ScatterPiece {
+  void* dst;
+  uint64_t size;
 };
 
 // A file being written front to back by one thread.
@@ -60,6 +73,19 @@ class Storage {
   // zero-size read succeeds at any offset.
   virtual Status ReadAt(const std::string& path, uint64_t offset,
                         uint64_t size, void* dst) = 0;
+  // Reads the bytes from `offset` on into `pieces`, in order, each taking
+  // the next piece.size bytes. Errors as ReadAt, for the span of all
+  // pieces. The default calls ReadAt once per piece.
+  virtual Status ReadScatter(const std::string& path, uint64_t offset,
+                             const std::vector<ScatterPiece>& pieces) {
+    for (const ScatterPiece& piece : pieces) {
+      if (piece.dst != nullptr) {
+        SK_RETURN_IF_ERROR(ReadAt(path, offset, piece.size, piece.dst));
+      }
+      offset += piece.size;
+    }
+    return Status::Ok();
+  }
   // The whole file. NotFound when absent.
   virtual Result<std::string> ReadAll(const std::string& path) = 0;
   virtual Result<uint64_t> FileSize(const std::string& path) = 0;

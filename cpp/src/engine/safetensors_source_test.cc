@@ -9,7 +9,9 @@
 
 #include "shardkeep/safetensors.h"
 #include "shardkeep/checkpoint.h"
+#include "storage/fault_injection.h"
 #include "testing/status_matchers.h"
+#include "testing/storage_conformance.h"
 
 namespace shardkeep {
 namespace {
@@ -133,6 +135,86 @@ TEST_F(SafetensorsIndexTest, ABoxReadsOnlyTheRowsHoldingIt) {
                             Options()));
   EXPECT_EQ(counting->bytes_read - before, 8 * kCols * 2);
   EXPECT_EQ(right[3], 16 * kCols + 31);
+}
+
+// The 2x4 boxes of a row-major tensor are not contiguous in its file: on a
+// file system each row of each box is read straight into place (one
+// vectored read per slab of rows), the columns no box wants are skipped,
+// and boxes that overlap go through a buffer instead.
+class ScatteredReadTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kRows = 16, kCols = 1024;  // a box's row: 512 bytes
+
+  void SetUp() override {
+    std::vector<SafetensorsTensor> tensors = {
+        {"w", DType::kUInt16, {kRows, kCols}, 0, kRows * kCols * 2}};
+    std::string bytes = EncodeSafetensorsHeader(tensors, {});
+    for (uint64_t i = 0; i < kRows * kCols; ++i) {
+      const uint16_t v = static_cast<uint16_t>(i * 7);
+      bytes.append(reinterpret_cast<const char*>(&v), 2);
+    }
+    file_ = MakeTempDir() + "/w.safetensors";
+    SK_ASSERT_OK(storage_->WriteAll(file_, bytes, false));
+  }
+
+  // Reads `boxes`, each into its own buffer, and checks every element.
+  // Counts the plain reads of the data (not of the header) in data_reads_.
+  void ReadAndCheck(const std::vector<Box>& boxes) {
+    SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::OpenSafetensors(storage_, file_));
+    const int header_reads = storage_->Count("ReadAt");
+    std::vector<std::vector<uint16_t>> out;
+    std::vector<ReadRequest> requests;
+    for (const Box& box : boxes) out.emplace_back(box.NumElements(), 0xffff);
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      requests.push_back({0, DType::kUInt16, boxes[i], reinterpret_cast<uint8_t*>(out[i].data())});
+    }
+    Options options;
+    options.io_threads = 2;
+    SK_ASSERT_OK(reader->Read("tensors", requests, options));
+    data_reads_ = storage_->Count("ReadAt") - header_reads;
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      const Box& box = boxes[i];
+      for (uint64_t r = 0; r < box.shape[0]; ++r) {
+        for (uint64_t c = 0; c < box.shape[1]; ++c) {
+          const uint64_t at = (box.origin[0] + r) * kCols + box.origin[1] + c;
+          ASSERT_EQ(out[i][r * box.shape[1] + c], static_cast<uint16_t>(at * 7))
+              << "box " << box.ToString() << " at (" << r << ", " << c << ")";
+        }
+      }
+    }
+  }
+
+  static Box Block(uint64_t row_block, uint64_t col_block) {
+    return Box{{row_block * kRows / 2, col_block * kCols / 4}, {kRows / 2, kCols / 4}};
+  }
+
+  std::shared_ptr<FaultInjectionStorage> storage_ =
+      std::make_shared<FaultInjectionStorage>(NewFileStorage());
+  std::string file_;
+  int data_reads_ = 0;
+};
+
+TEST_F(ScatteredReadTest, TwoByFourBoxesAreReadIntoPlace) {
+  std::vector<Box> boxes;
+  for (uint64_t r = 0; r < 2; ++r) {
+    for (uint64_t c = 0; c < 4; ++c) boxes.push_back(Block(r, c));
+  }
+  ReadAndCheck(boxes);
+  EXPECT_EQ(storage_->Count("ReadScatter"), 2);  // one per slab of rows
+  EXPECT_EQ(data_reads_, 0);
+}
+
+TEST_F(ScatteredReadTest, ColumnsNoBoxWantsAreSkipped) {
+  ReadAndCheck({Block(0, 0), Block(0, 2), Block(1, 3)});
+  EXPECT_EQ(storage_->Count("ReadScatter"), 2);
+}
+
+TEST_F(ScatteredReadTest, OverlappingBoxesAndShortRowsGoThroughABuffer) {
+  ReadAndCheck({Block(0, 1), Block(0, 1)});  // a replicated box
+  EXPECT_EQ(data_reads_, 1);
+  ReadAndCheck({Box{{0, 0}, {kRows, 100}}});  // rows of 200 bytes
+  EXPECT_EQ(data_reads_, 1);
+  EXPECT_EQ(storage_->Count("ReadScatter"), 0);
 }
 
 TEST_F(SafetensorsIndexTest, BadIndexesAndDuplicatesAreNamed) {

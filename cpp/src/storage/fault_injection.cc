@@ -135,6 +135,12 @@ Status FaultInjectionStorage::ReadAt(const std::string& path, uint64_t offset,
   return base_->ReadAt(path, offset, size, dst);
 }
 
+Status FaultInjectionStorage::ReadScatter(const std::string& path, uint64_t offset,
+                                          const std::vector<ScatterPiece>& pieces) {
+  SK_RETURN_IF_ERROR(state_->Before("ReadScatter", path));
+  return base_->ReadScatter(path, offset, pieces);
+}
+
 Result<std::string> FaultInjectionStorage::ReadAll(const std::string& path) {
   SK_RETURN_IF_ERROR(state_->Before("ReadAll", path));
   return base_->ReadAll(path);

@@ -46,6 +46,8 @@ class FaultInjectionStorage final : public Storage {
   StorageFeatures features() const override;
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
                 void* dst) override;
+  Status ReadScatter(const std::string& path, uint64_t offset,
+                     const std::vector<ScatterPiece>& pieces) override;
   Result<std::string> ReadAll(const std::string& path) override;
   Result<uint64_t> FileSize(const std::string& path) override;
   Status WriteAll(const std::string& path, std::string_view data,

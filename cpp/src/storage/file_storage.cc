@@ -10,10 +10,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -134,6 +136,42 @@ Result<uint64_t> PreadFully(int fd, uint64_t offset, uint64_t size, char* dst,
   }
   CountStorageBytesRead(done);
   return done;
+}
+
+// Fills the buffers of `iov` (adjusted in place) from `offset` on with
+// preadv, as many calls as it takes; returns the bytes read, fewer than
+// asked only where the file ends.
+Result<uint64_t> PreadvFully(int fd, uint64_t offset, iovec* iov, int count,
+                             const std::string& path) {
+  uint64_t done = 0;
+  while (count > 0) {
+    const ssize_t n = ::preadv(fd, iov, count, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError("read " + path, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<uint64_t>(n);
+    size_t left = static_cast<size_t>(n);
+    while (count > 0 && left >= iov->iov_len) {  // the buffers filled
+      left -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {  // one filled in part
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  CountStorageBytesRead(done);
+  return done;
+}
+
+Status ShortReadError(const std::string& path, uint64_t offset, uint64_t size,
+                      uint64_t got) {
+  return CorruptionError("read " + path + ": wanted " + std::to_string(size) +
+                         " bytes at offset " + std::to_string(offset) +
+                         " but the file ends at " + std::to_string(offset + got));
 }
 
 Status SyncFd(int fd, const std::string& path) {
@@ -288,7 +326,8 @@ Status MakeDirs(const std::string& dir) {
 class FileStorage final : public Storage {
  public:
   StorageFeatures features() const override {
-    return {.atomic_rename = true, .durable_sync = true, .atomic_exchange = true};
+    return {.atomic_rename = true, .durable_sync = true, .atomic_exchange = true,
+            .scatter_reads = true};
   }
 
   Status ReadAt(const std::string& path, uint64_t offset, uint64_t size,
@@ -298,13 +337,42 @@ class FileStorage final : public Storage {
     SK_ASSIGN_OR_RETURN(const uint64_t got,
                         PreadFully(fd.get(), offset, size,
                                    static_cast<char*>(dst), path));
-    if (got < size) {
-      return CorruptionError("read " + path + ": wanted " +
-                             std::to_string(size) + " bytes at offset " +
-                             std::to_string(offset) + " but the file ends at " +
-                             std::to_string(offset + got));
-    }
+    if (got < size) return ShortReadError(path, offset, size, got);
     return Status::Ok();
+  }
+
+  // Each run of pieces with destinations is one preadv of up to IOV_MAX
+  // buffers; a skipped piece starts the next.
+  Status ReadScatter(const std::string& path, uint64_t offset,
+                     const std::vector<ScatterPiece>& pieces) override {
+    SK_ASSIGN_OR_RETURN(const int raw_fd, OpenFile(path, O_RDONLY));
+    ScopedFd fd(raw_fd);
+    std::vector<iovec> batch;
+    batch.reserve(std::min<size_t>(pieces.size(), IOV_MAX));
+    uint64_t batch_offset = offset, batch_bytes = 0;
+    auto flush = [&]() -> Status {
+      if (batch.empty()) return Status::Ok();
+      SK_ASSIGN_OR_RETURN(const uint64_t got,
+                          PreadvFully(fd.get(), batch_offset, batch.data(),
+                                      static_cast<int>(batch.size()), path));
+      if (got < batch_bytes) return ShortReadError(path, batch_offset, batch_bytes, got);
+      batch.clear();
+      batch_offset += batch_bytes;
+      batch_bytes = 0;
+      return Status::Ok();
+    };
+    for (const ScatterPiece& piece : pieces) {
+      if (piece.dst == nullptr || batch.size() == IOV_MAX) {
+        SK_RETURN_IF_ERROR(flush());
+      }
+      if (piece.dst == nullptr) {
+        batch_offset += piece.size;
+        continue;
+      }
+      batch.push_back({piece.dst, static_cast<size_t>(piece.size)});
+      batch_bytes += piece.size;
+    }
+    return flush();
   }
 
   Result<std::string> ReadAll(const std::string& path) override {

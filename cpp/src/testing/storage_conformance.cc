@@ -133,6 +133,31 @@ TEST_P(StorageConformanceTest, ReadPastEndIsCorruption) {
   SK_EXPECT_OK(storage_->ReadAt(Path("f"), 5000, 0, buffer.data()));
 }
 
+// Pieces in order, gaps skipped, more pieces than one vectored read takes
+// (IOV_MAX is 1024 on Linux), and a span past the end is Corruption.
+TEST_P(StorageConformanceTest, ReadScatterFillsPiecesInOrder) {
+  const std::string data = TestBytes(5000);
+  SK_ASSERT_OK(storage_->WriteAll(Path("f"), data, false));
+  std::string got(5000, '\0');
+  std::vector<ScatterPiece> pieces;
+  std::string expected;
+  uint64_t at = 3;  // the read starts at offset 3
+  for (int i = 0; i < 1500; ++i) {
+    const uint64_t size = 1 + i % 3;
+    const bool skipped = i % 7 == 6;
+    pieces.push_back({skipped ? nullptr : got.data() + expected.size(), size});
+    if (!skipped) expected += data.substr(at, size);
+    at += size;
+  }
+  SK_ASSERT_OK(storage_->ReadScatter(Path("f"), 3, pieces));
+  EXPECT_EQ(got.substr(0, expected.size()), expected);
+
+  const Status status =
+      storage_->ReadScatter(Path("f"), 4990, {{got.data(), 5}, {nullptr, 2}, {got.data(), 9}});
+  EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
+  EXPECT_NE(status.message().find(Path("f")), std::string::npos) << status.ToString();
+}
+
 TEST_P(StorageConformanceTest, MissingFileIsNotFound) {
   char byte;
   EXPECT_EQ(storage_->ReadAt(Path("missing"), 0, 1, &byte).code(),
