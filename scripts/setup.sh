@@ -4,19 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev
-          libxxhash-dev libzstd-dev libexpat1-dev libgtest-dev libbenchmark-dev
-          libssl-dev libcurl4-openssl-dev  # S3: signing hashes, HTTP client
-          libcli11-dev  # the command-line tool's argument parsing
-          clang libclang-rt-14-dev)  # sanitizers and libFuzzer
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
+scripts/system_packages.sh
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

@@ -2,8 +2,9 @@
 # Sets everything up, then runs every test: the C++ tests (ctest), the
 # installed C++ package as a shared library, the commit protocol at
 # simulated scale, the C++ tests under sanitizers, the Python tests
-# (pytest, on 8 CPU devices), 50 crash-torture trials and a short fuzzing
-# run; and mypy on the installed package.
+# (pytest, on 8 CPU devices), a wheel built and tested as a user installs
+# it, 50 crash-torture trials and a short fuzzing run; and mypy on the
+# installed package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,6 +29,12 @@ scripts/sanitize.sh
 XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   SHARDKEEP_EXAMPLES_DIR="$PWD/build/cpp/examples/cpp" \
   .venv/bin/python -m pytest python/tests -q
+
+# The wheel as users install it (docs/WHEELS.md), for one Python other
+# than .venv's: built apart from the developer build (build/wheel), then
+# installed alone into a fresh environment and checked there.
+scripts/build_wheels.sh 3.12
+scripts/test_wheels.sh 3.12
 
 scripts/torture.sh 50
 

@@ -2,13 +2,14 @@
 // writes a shardkeep checkpoint from another format's. Orbax checkpoints
 // are read with tensorstore and DCP ones with torch, both Python
 // libraries, so the conversion runs in the Python package this program was
-// installed with (`python -m shardkeep.interop.convert_command`, beside it in the
-// environment's bin folder); this command only finds that interpreter and
+// installed with (`python -m shardkeep.interop.convert_command`, with the
+// environment's interpreter); this command only finds that interpreter and
 // hands over its arguments.
 #include <unistd.h>
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,16 +21,22 @@ namespace shardkeep::cli {
 namespace {
 
 // The Python interpreter of the environment this program is installed in,
-// or "" when there is none (a C++-only installation).
+// or "" when there is none (a C++-only installation): the one beside this
+// program (CMake's install into an environment's bin folder), else the one
+// the Python package's launcher names (pip's install keeps this program
+// inside the package and starts it from python/scripts/shardkeep).
 std::string EnvironmentPython() {
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return "";
-  std::string bin(self, static_cast<size_t>(n));
-  bin = bin.substr(0, bin.rfind('/'));
-  for (const char* name : {"/python3", "/python"}) {
-    if (access((bin + name).c_str(), X_OK) == 0) return bin + name;
+  if (n > 0) {
+    std::string bin(self, static_cast<size_t>(n));
+    bin = bin.substr(0, bin.rfind('/'));
+    for (const char* name : {"/python3", "/python"}) {
+      if (access((bin + name).c_str(), X_OK) == 0) return bin + name;
+    }
   }
+  const char* launcher_python = std::getenv("SHARDKEEP_CLI_PYTHON");
+  if (launcher_python != nullptr && access(launcher_python, X_OK) == 0) return launcher_python;
   return "";
 }
 

@@ -26,6 +26,21 @@ _tu = jax.tree_util
 _DICT_TYPES = (dict, collections.OrderedDict, collections.defaultdict)
 
 
+def _flatten_one_level_with_keys_compat(node) -> tuple[list, Any]:
+    """``jax.tree_util.flatten_one_level_with_keys`` for the JAX releases
+    without it (before 0.7; the newest for Python 3.10 is 0.6.2): the
+    node's children with their keys, each child taken as a leaf; a
+    ValueError when ``node`` is not a registered pytree node."""
+    children, treedef = _tu.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    if _tu.treedef_is_leaf(treedef):
+        raise ValueError(f"{type(node).__name__} is a leaf, not a pytree node")
+    return [(path[0], child) for path, child in children], treedef
+
+
+_flatten_one_level_with_keys = getattr(_tu, "flatten_one_level_with_keys",
+                                       _flatten_one_level_with_keys_compat)
+
+
 @dataclasses.dataclass
 class Leaf:
     """One leaf found by ``flatten``: its escaped key path and its value."""
@@ -99,7 +114,7 @@ def _encode(node, keys: tuple[str, ...], leaves: list[Leaf]) -> dict:
                 "children": children}
     if node is not None:
         try:
-            key_children, _ = _tu.flatten_one_level_with_keys(node)
+            key_children, _ = _flatten_one_level_with_keys(node)
         except ValueError:  # Not a registered pytree node: a leaf.
             key_children = None
         if key_children is not None:
