@@ -4,39 +4,71 @@
 # simulated scale, the C++ tests under sanitizers, the Python tests
 # (pytest, on 8 CPU devices), a wheel built and tested as a user installs
 # it, 50 crash-torture trials and a short fuzzing run; and mypy on the
-# installed package.
+# installed package. Prints the wall time of each stage at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+
+# stage <name> <command...>: runs one stage and records its wall time. The
+# table is printed on exit, a failed stage marked, so that a slow or broken
+# CI run shows where its time went.
+timings=() current="" current_start=0 all_start=$SECONDS
+stage() {
+  current=$1 current_start=$SECONDS
+  shift
+  "$@"
+  timings+=("$(printf '%-22s %5d s' "$current" $((SECONDS - current_start)))")
+  current=""
+}
+print_timings() {
+  local rc=$?
+  [ -z "$current" ] || timings+=("$(printf '%-22s %5d s  FAILED' "$current" $((SECONDS - current_start)))")
+  echo "== stage timings"
+  printf '%s\n' "${timings[@]}"
+  printf '%-22s %5d s\n' total $((SECONDS - all_start))
+  return $rc
+}
+trap print_timings EXIT
+
+stage setup scripts/setup.sh
 
 # The package type-checks against the extension's stubs: mypy on the
 # installed package, from outside the repository so that `shardkeep` is
 # the installed one (with _core.pyi); settings in pyproject.toml.
-(repo=$PWD && cd /tmp && "$repo/.venv/bin/python" -m mypy --no-incremental \
-   --config-file "$repo/pyproject.toml" -p shardkeep)
+mypy_installed() {
+  (repo=$PWD && cd /tmp && "$repo/.venv/bin/python" -m mypy --no-incremental \
+     --config-file "$repo/pyproject.toml" -p shardkeep)
+}
+stage mypy mypy_installed
 
-cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON -DSHARDKEEP_BUILD_EXAMPLES=ON > /dev/null
-cmake --build build/cpp
-ctest --test-dir build/cpp --output-on-failure -j 2
+build_cpp() {
+  cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON -DSHARDKEEP_BUILD_EXAMPLES=ON > /dev/null
+  cmake --build build/cpp
+}
+stage "build cpp" build_cpp
+stage ctest ctest --test-dir build/cpp --output-on-failure -j 2
 # The C++ package as a shared library too (ctest checked the static one).
-cmake -S . -B build/shared -G Ninja -DBUILD_SHARED_LIBS=ON -DSHARDKEEP_BUILD_TESTS=OFF > /dev/null
-cmake --build build/shared
-cpp/package_test/check.sh build/shared
-scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
-scripts/sanitize.sh
+shared_package() {
+  cmake -S . -B build/shared -G Ninja -DBUILD_SHARED_LIBS=ON -DSHARDKEEP_BUILD_TESTS=OFF > /dev/null
+  cmake --build build/shared
+  cpp/package_test/check.sh build/shared
+}
+stage "shared package" shared_package
+stage scale scripts/scale.sh  # the commit protocol with up to 1,024 simulated processes
+stage asan scripts/sanitize.sh asan
+stage tsan scripts/sanitize.sh tsan
 
 # test_cpp_round_trip.py runs the C++ examples built above.
-XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
+stage pytest env XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   SHARDKEEP_EXAMPLES_DIR="$PWD/build/cpp/examples/cpp" \
   .venv/bin/python -m pytest python/tests -q
 
 # The wheel as users install it (docs/WHEELS.md), for one Python other
 # than .venv's: built apart from the developer build (build/wheel), then
 # installed alone into a fresh environment and checked there.
-scripts/build_wheels.sh 3.12
-scripts/test_wheels.sh 3.12
+stage "wheel build" scripts/build_wheels.sh 3.12
+stage "wheel test" scripts/test_wheels.sh 3.12
 
-scripts/torture.sh 50
+stage torture scripts/torture.sh 50
 
 # Short fuzzing: each libFuzzer target for 45 s.
-scripts/fuzz.sh --seconds 45
+stage fuzz scripts/fuzz.sh --seconds 45
