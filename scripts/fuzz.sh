@@ -7,7 +7,8 @@
 #   scripts/fuzz.sh [--seconds N | --runs N] [target...]
 #
 # --seconds N runs each target for N seconds (default 60), --runs N for N
-# inputs; FUZZ_JOBS targets at a time (default: the number of cores). Targets default to all of them (index_fuzzer, ...). Each target's
+# inputs; FUZZ_JOBS targets at a time (default: the number of cores).
+# Targets default to all of them (index_fuzzer, ...). Each target's
 # corpus grows in build/fuzz/corpus/<target> across runs; a crash leaves
 # its input in build/fuzz/crashes/ and makes the script fail. Turn every
 # crash into a regression test (cpp/src/.../*_test.cc with the input).
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
