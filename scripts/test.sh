@@ -8,23 +8,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# stage <name> <command...>: runs one stage and records its wall time. The
-# table is printed on exit, a failed stage marked, so that a slow or broken
-# CI run shows where its time went.
-timings=() current="" current_start=0 all_start=$SECONDS
+# stage <name> <command...>: runs one stage and records its wall time and
+# the CPU time of its processes. The table is printed on exit, a failed
+# stage marked, so that a slow or broken CI run shows where its time went,
+# and which stages keep the cores busy and which wait.
+timings=() current="" current_start=0 current_cpu=0 all_start=$SECONDS
+children_cpu_ticks() {  # user + system time of this shell's reaped children
+  local stat
+  read -ra stat < /proc/$$/stat
+  echo $((stat[15] + stat[16]))
+}
+record() {
+  local ticks=$(( $(children_cpu_ticks) - current_cpu ))
+  timings+=("$(printf '%-22s %5d s %6d s%s' "$current" $((SECONDS - current_start)) \
+               $((ticks / $(getconf CLK_TCK))) "$1")")
+}
 stage() {
-  current=$1 current_start=$SECONDS
+  current=$1 current_start=$SECONDS current_cpu=$(children_cpu_ticks)
   shift
   "$@"
-  timings+=("$(printf '%-22s %5d s' "$current" $((SECONDS - current_start)))")
+  record ""
   current=""
 }
 print_timings() {
   local rc=$?
-  [ -z "$current" ] || timings+=("$(printf '%-22s %5d s  FAILED' "$current" $((SECONDS - current_start)))")
-  echo "== stage timings"
+  [ -z "$current" ] || record "  FAILED"
+  echo "== stage timings (wall, CPU)"
   printf '%s\n' "${timings[@]}"
-  printf '%-22s %5d s\n' total $((SECONDS - all_start))
+  printf '%-22s %5d s %6d s\n' total $((SECONDS - all_start)) \
+    $(( $(children_cpu_ticks) / $(getconf CLK_TCK) ))
   return $rc
 }
 trap print_timings EXIT
