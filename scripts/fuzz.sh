@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of cpp/fuzz with clang (ASan + UBSan, in
-# build/asan beside the sanitized tests: scripts/build_asan.sh) and runs
+# build/asan beside the sanitized tests: scripts/build_sanitized.sh) and runs
 # each one, seeded from the golden files and the compatibility
 # checkpoints under cpp/testdata.
 #
@@ -30,7 +30,7 @@ build=build/fuzz  # seeds, corpora, crashes and logs; the binaries: build/asan
 if [ ${#targets[@]} -eq 0 ]; then
   for f in cpp/fuzz/*_fuzzer.cc; do targets+=("$(basename "$f" .cc)"); done
 fi
-scripts/build_asan.sh "${targets[@]}"
+scripts/build_sanitized.sh asan "${targets[@]}"
 
 # Seeds: the file each decoder reads, from the golden files and from every
 # checkpoint under cpp/testdata (S3 answers: cpp/testdata/s3/*.xml;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the C++ tests with sanitizers, each kind in its own build folder,
-# and runs them:
+# Builds the C++ tests with sanitizers, each kind in its own build folder
+# (scripts/build_sanitized.sh), and runs them:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer (build/asan, shared
-#         with the fuzzers: scripts/build_asan.sh): every C++ test;
+#         with the fuzzers): every C++ test;
 #   tsan  ThreadSanitizer (build/tsan): the tests that run threads against
 #         each other (the thread pool, the simulated group, single- and
 #         multi-process saves and the order of their syncs, jobs racing on
@@ -15,41 +15,31 @@ cd "$(dirname "$0")/.."
 
 what=${1:-all}
 case "$what" in asan|tsan|all) ;; *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;; esac
-jobs=${SANITIZE_JOBS:-$(nproc)}
 
-ALL_TESTS=$(sed -n 's|.*/\([a-z_]*_test\)\.cc$|\1|p' <(find cpp/src -name '*_test.cc') | sort)
-TSAN_TESTS="parallel_test simulated_group_test multiprocess_save_test save_thread_test
-            checkpoint_test shard_writer_test save_durability_test reader_cancellation_test
-            object_store_save_test s3_client_test multipart_upload_test s3_storage_test
-            checkpoint_writer_test verify_test save_queue_test"
+TSAN_TESTS="parallel_test;simulated_group_test;multiprocess_save_test;save_thread_test;\
+checkpoint_test;shard_writer_test;save_durability_test;reader_cancellation_test;\
+object_store_save_test;s3_client_test;multipart_upload_test;s3_storage_test;\
+checkpoint_writer_test;verify_test;save_queue_test"
 # Sanitizer allocators abort on a request they cannot serve instead of
 # throwing std::bad_alloc, so the test of exactly that is left out.
 SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'
 
-# run <dir> <tests...>: runs each test binary whole (faster than one process
-# per test case through ctest), stopping at the first failure.
+# run <dir>: runs the tests of one tree in one process (faster than one
+# process per case through ctest).
 run() {
-  local dir=$1; shift
-  for t in "$@"; do
-    echo "== $dir/$t"
-    "$dir/$t" --gtest_brief=1 --gtest_filter="$SKIP" || { echo "FAILED: $dir/$t" >&2; exit 1; }
-  done
+  echo "== $1/shardkeep_tests"
+  "$1/shardkeep_tests" --gtest_brief=1 --gtest_filter="$SKIP" || { echo "FAILED: $1" >&2; exit 1; }
 }
 
 if [[ $what == asan || $what == all ]]; then
-  scripts/build_asan.sh $ALL_TESTS
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-    run build/asan $ALL_TESTS
+  scripts/build_sanitized.sh asan shardkeep_tests
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run build/asan
 fi
 if [[ $what == tsan || $what == all ]]; then
-  flags=-fsanitize=thread
-  cmake -S . -B build/tsan -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Sanitize \
-    -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g -fno-omit-frame-pointer $flags" \
-    -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
-  cmake --build build/tsan -j "$jobs" --target $TSAN_TESTS
+  scripts/build_sanitized.sh tsan -DSHARDKEEP_TESTS="$TSAN_TESTS" shardkeep_tests
   # ThreadSanitizer cannot start threads in the forked child of a process
   # that has some, which that test does on purpose.
   SKIP="$SKIP:ParallelForTest.WorksInAForkedChild"
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run build/tsan $TSAN_TESTS
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run build/tsan
 fi
 echo "sanitizers: clean"

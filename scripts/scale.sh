@@ -15,6 +15,6 @@ cd "$(dirname "$0")/.."
 
 sizes="${1:-64,256,1024}"
 cmake -S . -B build/cpp -G Ninja -DSHARDKEEP_BUILD_TESTS=ON > /dev/null
-cmake --build build/cpp --target scale_test > /dev/null
+cmake --build build/cpp --target shardkeep_tests > /dev/null
 SHARDKEEP_SCALE_PROCESSES="$sizes" SHARDKEEP_SCALE_MAX_S=1 \
-  build/cpp/scale_test --gtest_brief=1
+  build/cpp/shardkeep_tests --gtest_brief=1 --gtest_filter='Modes/ScaleTest.*'

