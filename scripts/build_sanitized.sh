@@ -24,7 +24,9 @@ while [[ $# -gt 0 && $1 == -D* ]]; do options+=("$1"); shift; done
 [ $# -gt 0 ] || usage
 [[ $kind == asan ]] && options+=(-DSHARDKEEP_BUILD_FUZZERS=ON)
 
+# Line tables are all a sanitizer report's stack needs (file:line), and
+# compile faster than full debug information.
 cmake -S . -B "build/$kind" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Sanitize \
-  -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all ${flags[*]}" \
+  -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only -fno-omit-frame-pointer -fno-sanitize-recover=all ${flags[*]}" \
   -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="${flags[*]}" -DSHARDKEEP_BUILD_TESTS=ON "${options[@]}" > /dev/null
 cmake --build "build/$kind" -j "${SANITIZE_JOBS:-$(nproc)}" --target "$@"

@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of cpp/fuzz with clang (ASan + UBSan, in
-# build/asan beside the sanitized tests: scripts/build_sanitized.sh) and runs
-# each one, seeded from the golden files and the compatibility
-# checkpoints under cpp/testdata.
+# build/asan beside the sanitized tests: scripts/build_sanitized.sh) and
+# runs each one, seeded from the golden files and the compatibility
+# checkpoints under cpp/testdata and from its kept corpus,
+# cpp/fuzz/corpus/<target>: the inputs longer runs found that reach code
+# no other input reaches, so a short run starts where they ended.
 #
-#   scripts/fuzz.sh [--seconds N | --runs N] [target...]
+#   scripts/fuzz.sh [--seconds N | --runs N] [--keep] [target...]
 #
 # --seconds N runs each target for N seconds (default 60), --runs N for N
 # inputs; FUZZ_JOBS targets at a time (default: the number of cores).
 # Targets default to all of them (index_fuzzer, ...). Each target's
-# corpus grows in build/fuzz/corpus/<target> across runs; a crash leaves
-# its input in build/fuzz/crashes/ and makes the script fail. Turn every
-# crash into a regression test (cpp/src/.../*_test.cc with the input).
+# corpus grows in build/fuzz/corpus/<target> across runs; --keep merges
+# into the kept corpus what of it adds coverage (libFuzzer's -merge=1).
+# A crash leaves its input in build/fuzz/crashes/ and makes the script
+# fail. Turn every crash into a regression test (cpp/src/.../*_test.cc
+# with the input).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 limit=(-max_total_time=60)
+keep=0
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
 
 build=build/fuzz  # seeds, corpora, crashes and logs; the binaries: build/asan
+kept=cpp/fuzz/corpus
 if [ ${#targets[@]} -eq 0 ]; then
   for f in cpp/fuzz/*_fuzzer.cc; do targets+=("$(basename "$f" .cc)"); done
 fi
@@ -57,10 +64,10 @@ python3 scripts/pack_fuzz_checkpoints.py cpp/testdata "$seeds/checkpoint_fuzzer"
 fuzz_target() {
   local target=$1 rc=0
   local log="$build/logs/$target.log"
-  mkdir -p "$build/corpus/$target" "$build/crashes" "$build/logs"
+  mkdir -p "$build/corpus/$target" "$kept/$target" "$build/crashes" "$build/logs"
   build/asan/cpp/fuzz/$target "${limit[@]}" -rss_limit_mb=2048 -timeout=30 \
     -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
-    "$build/corpus/$target" "$seeds/$target" > "$log" 2>&1 || rc=$?
+    "$build/corpus/$target" "$seeds/$target" "$kept/$target" > "$log" 2>&1 || rc=$?
   echo "$rc" > "$log.rc"
 }
 
@@ -84,4 +91,12 @@ done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: crashes in ${failed[*]}; inputs in $build/crashes/, logs in $build/logs/" >&2
   exit 1
+fi
+if [ "$keep" = 1 ]; then
+  for target in "${targets[@]}"; do
+    mkdir -p "$kept/$target"
+    build/asan/cpp/fuzz/$target -merge=1 -rss_limit_mb=2048 "$kept/$target" \
+      "$build/corpus/$target" > "$build/logs/$target.merge.log" 2>&1
+    echo "$target: $(ls "$kept/$target" | wc -l) inputs kept"
+  done
 fi

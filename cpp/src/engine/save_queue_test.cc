@@ -8,7 +8,9 @@
 #include <chrono>
 #include <thread>
 
+#include "shardkeep/cancellation.h"
 #include "shardkeep/storage.h"
+#include "storage/fault_injection.h"
 #include "testing/payloads.h"
 #include "testing/status_matchers.h"
 
@@ -38,9 +40,12 @@ class SaveQueueTest : public ::testing::Test {
     return hooks;
   }
 
-  // A start that saves `values` to `path` on the memory storage.
-  QueuedSave::Start StartOf(const std::string& path) {
-    return [this, path]() {
+  // A start that saves `values` to `path` on the memory storage (or on
+  // `storage`, a wrapper of it).
+  QueuedSave::Start StartOf(const std::string& path,
+                            std::shared_ptr<Storage> storage = nullptr) {
+    if (storage == nullptr) storage = storage_;
+    return [this, path, storage]() {
       SaveRequest request;
       request.path = path;
       CheckpointablePayload part = testdata::PytreePayload("state", {{"x", "int32", {100}}});
@@ -49,7 +54,7 @@ class SaveQueueTest : public ::testing::Test {
       request.parts.push_back(std::move(part));
       Options options;
       options.timeout_s = 5;
-      return StartSave(storage_, NewSingleProcessCoordinator(), std::move(request), options);
+      return StartSave(storage, NewSingleProcessCoordinator(), std::move(request), options);
     };
   }
 
@@ -156,10 +161,24 @@ TEST_F(SaveQueueTest, ASaveCancelledBeforeItsTurnNeverStarts) {
 TEST_F(SaveQueueTest, ACancelWhileTheStartRunsStopsTheSaveOnceStarted) {
   SaveQueue queue(Hooks());
   std::atomic<bool> in_start{false}, release{false};
-  QueuedSave::Start save_it = StartOf("ckpt");
+  // The save's background phase (every thread but the starter's) waits for
+  // its cancel: a save this small could otherwise commit between its start
+  // returning and the starter cancelling it, on a busy machine.
+  std::atomic<std::thread::id> starter;
+  auto gated = std::make_shared<FaultInjectionStorage>(storage_);
+  gated->FailOn([&starter](std::string_view, const std::string&) -> Status {
+    if (std::this_thread::get_id() == starter.load()) return Status::Ok();
+    const CancellationToken token = CancellationScope::Current();
+    for (int ms = 0; ms < 10000 && !token.cancelled(); ++ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::Ok();
+  });
+  QueuedSave::Start save_it = StartOf("ckpt", gated);
   std::shared_ptr<QueuedSave> save = queue.Enqueue(
       "ckpt", 5,
       [&] {
+        starter = std::this_thread::get_id();
         in_start = true;
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         return save_it();
