@@ -3,8 +3,9 @@
 # build/asan beside the sanitized tests: scripts/build_sanitized.sh) and
 # runs each one, seeded from the golden files and the compatibility
 # checkpoints under cpp/testdata and from its kept corpus,
-# cpp/fuzz/corpus/<target>: the inputs longer runs found that reach code
-# no other input reaches, so a short run starts where they ended.
+# cpp/fuzz/corpus/<target>.tar.xz: the inputs earlier runs found that
+# reach code no other input reaches, so a short run starts where they
+# ended instead of finding them again.
 #
 #   scripts/fuzz.sh [--seconds N | --runs N] [--keep] [target...]
 #
@@ -12,7 +13,8 @@
 # inputs; FUZZ_JOBS targets at a time (default: the number of cores).
 # Targets default to all of them (index_fuzzer, ...). Each target's
 # corpus grows in build/fuzz/corpus/<target> across runs; --keep merges
-# into the kept corpus what of it adds coverage (libFuzzer's -merge=1).
+# into the kept corpus what of it adds coverage (libFuzzer's -merge=1)
+# and packs it again (commit the archives it changed).
 # A crash leaves its input in build/fuzz/crashes/ and makes the script
 # fail. Turn every crash into a regression test (cpp/src/.../*_test.cc
 # with the input).
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
 done
 
 build=build/fuzz  # seeds, corpora, crashes and logs; the binaries: build/asan
-kept=cpp/fuzz/corpus
+kept=$build/kept  # the kept corpora, unpacked
 if [ ${#targets[@]} -eq 0 ]; then
   for f in cpp/fuzz/*_fuzzer.cc; do targets+=("$(basename "$f" .cc)"); done
 fi
@@ -58,13 +60,19 @@ copy_seeds checkpointable_meta_fuzzer '*meta.json'
 copy_seeds s3_xml_fuzzer '*.xml'
 copy_seeds safetensors_fuzzer '*.safetensors'
 python3 scripts/pack_fuzz_checkpoints.py cpp/testdata "$seeds/checkpoint_fuzzer"
+rm -rf "$kept"
+for target in "${targets[@]}"; do
+  mkdir -p "$kept/$target"
+  archive=cpp/fuzz/corpus/$target.tar.xz
+  [ ! -f "$archive" ] || tar -C "$kept/$target" -xJf "$archive"
+done
 
 # fuzz_target <target>: one libFuzzer run; its output goes to the target's
 # log, its exit code to the log's .rc.
 fuzz_target() {
   local target=$1 rc=0
   local log="$build/logs/$target.log"
-  mkdir -p "$build/corpus/$target" "$kept/$target" "$build/crashes" "$build/logs"
+  mkdir -p "$build/corpus/$target" "$build/crashes" "$build/logs"
   build/asan/cpp/fuzz/$target "${limit[@]}" -rss_limit_mb=2048 -timeout=30 \
     -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
     "$build/corpus/$target" "$seeds/$target" "$kept/$target" > "$log" 2>&1 || rc=$?
@@ -94,9 +102,12 @@ if [ ${#failed[@]} -gt 0 ]; then
 fi
 if [ "$keep" = 1 ]; then
   for target in "${targets[@]}"; do
-    mkdir -p "$kept/$target"
     build/asan/cpp/fuzz/$target -merge=1 -rss_limit_mb=2048 "$kept/$target" \
       "$build/corpus/$target" > "$build/logs/$target.merge.log" 2>&1
+    # Packed the same way each time, so an unchanged corpus is an unchanged file.
+    (cd "$kept/$target" && find . -type f | LC_ALL=C sort |
+       tar --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - -T - | xz -9) \
+      > "cpp/fuzz/corpus/$target.tar.xz"
     echo "$target: $(ls "$kept/$target" | wc -l) inputs kept"
   done
 fi
