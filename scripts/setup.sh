@@ -6,14 +6,15 @@ cd "$(dirname "$0")/.."
 
 # The Python packages install while apt-get works (each mostly waits on
 # its downloads and disks); shardkeep itself is compiled once both are done.
-# pip byte-compiles what it installs: where PYTHONDONTWRITEBYTECODE is set,
-# as on CI, nothing else would, and every process would compile each
-# module it imports again.
+# --no-compile: no bytecode up front for the thousands of modules of torch,
+# jax and the rest; Python writes it for those a program imports, the
+# first time (scripts/test.sh clears PYTHONDONTWRITEBYTECODE, which would
+# make every process compile them again).
 python_packages() {
   if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi
-  local pip=(.venv/bin/pip install -q)
+  local pip=(.venv/bin/pip install -q --no-compile)
   "${pip[@]}" --upgrade pip
   "${pip[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" \
     numpy ml_dtypes jax pytest pytest-xdist xxhash optax flax equinox

@@ -7,6 +7,9 @@
 # installed package. Prints the wall and CPU time of each stage at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python writes the bytecode of what the tests import once, to be reused by
+# every later process; setup.sh installs the packages without it.
+unset PYTHONDONTWRITEBYTECODE
 
 # stage <name> <command...>: runs one stage and records its wall time and
 # the CPU time of its processes. The table is printed on exit, a failed

@@ -91,6 +91,11 @@ class ThreadPool {
     return true;
   }
 
+  size_t IdleThreads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return idle_.size();
+  }
+
  private:
   static constexpr std::chrono::seconds kIdleExit{30};
 
@@ -133,6 +138,8 @@ class ThreadPool {
 bool RunOnPool(std::function<void()> job) {
   return ThreadPool::ForCallersPriority().Run(std::move(job));
 }
+
+size_t IdlePoolThreads() { return ThreadPool::ForCallersPriority().IdleThreads(); }
 
 Status ParallelFor(size_t count, int threads,
                    const std::function<Status(size_t)>& work, std::string_view what) {

@@ -32,4 +32,8 @@ Status ParallelFor(size_t count, int threads,
 // starting a thread per call.
 bool RunOnPool(std::function<void()> job);
 
+// How many threads of that pool wait for a job now (they exit after 30 s
+// without one). Lets a test wait for a thread to be idle again.
+size_t IdlePoolThreads();
+
 }  // namespace shardkeep::internal

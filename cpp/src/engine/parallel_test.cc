@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -203,6 +204,7 @@ TEST(RunOnPoolTest, RunsTheJobOnAnotherThreadThatThePoolKeeps) {
   std::condition_variable cv;
   std::vector<std::thread::id> ran_on;
   for (int i = 0; i < 3; ++i) {
+    const size_t idle_before = IdlePoolThreads();
     ASSERT_TRUE(RunOnPool([&] {
       std::lock_guard<std::mutex> lock(mu);
       ran_on.push_back(std::this_thread::get_id());
@@ -212,7 +214,14 @@ TEST(RunOnPoolTest, RunsTheJobOnAnotherThreadThatThePoolKeeps) {
     cv.wait(lock, [&] { return ran_on.size() == static_cast<size_t>(i + 1); });
     EXPECT_NE(ran_on.back(), std::this_thread::get_id());
     lock.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // its thread idles again
+    // Its thread idles again: the pool is back to the idle threads it had
+    // (earlier tests' included), or has one if the job started it. Waited
+    // for, not slept on: a busy machine may take long to get there.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (IdlePoolThreads() < std::max<size_t>(idle_before, 1)) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the job's thread never idled";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   // The thread that last went idle takes the next job: no thread per job.
   EXPECT_EQ(std::set<std::thread::id>(ran_on.begin(), ran_on.end()).size(), 1u);
