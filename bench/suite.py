@@ -262,7 +262,7 @@ def main(argv=None) -> int:
                 stack.callback(server.stop)
                 envs["W5"] = dict(os.environ, **server.env())
                 server_info = {"server": "SeaweedFS `weed mini` on loopback",
-                               "data_filesystem": filesystem(server.folder)}
+                               "data_filesystem": filesystem(str(server.workdir))}
         if "W7" in wanted:
             reason = write_model(args)
             if reason:
@@ -278,9 +278,7 @@ def main(argv=None) -> int:
 def start_s3_server(args):
     """The running server for W5, or why it could not start (a string)."""
     try:
-        server = s3_server.SeaweedServer(os.path.join(args.root, "s3-server"), S3_BUCKET)
-        server.start()
-        return server
+        return s3_server.start(os.path.join(args.root, "s3-server"), S3_BUCKET)
     except Exception as e:  # the rest of the run goes on without W5
         return f"the SeaweedFS server did not start: {type(e).__name__}: {e}"
 

@@ -353,10 +353,9 @@ def main(argv=None) -> int:
     server = None
     if "a_s3" in parts:
         sys.path.insert(0, HERE)
-        from s3_server import SeaweedServer
+        import s3_server
         scratch = tempfile.mkdtemp(prefix="w8-s3-", dir=os.path.dirname(args.root))
-        server = SeaweedServer(scratch, "bench-w8")
-        server.start()
+        server = s3_server.start(scratch, "bench-w8")
         os.environ.update(server.env())  # the job's processes inherit it
         args.s3_root = "s3://bench-w8/root"
     try:
@@ -364,7 +363,7 @@ def main(argv=None) -> int:
     finally:
         if server is not None:
             server.stop()
-            shutil.rmtree(server.folder, ignore_errors=True)
+            shutil.rmtree(server.workdir, ignore_errors=True)
     shutil.rmtree(os.path.join(args.local_root), ignore_errors=True)
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:

@@ -147,9 +147,9 @@ def exchange_floor(job: Job, share: int, destinations) -> dict | None:
         return None
     buffer = np.ones(share, np.uint8)
     times = []
-    for _ in range(3):
-        _, seconds, _ = job.timed(
-            lambda: exchange.exchange_bytes({q: [buffer] for q in destinations}))
+    for round_ in range(3):
+        _, seconds, _ = job.timed(lambda: exchange.exchange_bytes(
+            {q: [buffer] for q in destinations}, name=f"W8 floor, round {round_}"))
         times.append(seconds)
     return {"bytes_sent": share * len(destinations), "seconds": sorted(times)[1]}
 

@@ -72,7 +72,7 @@ if [ ! -x "$server_env/bin/weed" ]; then
   fi
 fi
 mkdir -p "$tmp/s3"
-"$server_env/bin/python" scripts/wheel_check/s3_server.py --workdir "$tmp/s3" \
+"$server_env/bin/python" scripts/seaweed_server.py --workdir "$tmp/s3" \
   --bucket "$bucket" --ready-file "$tmp/s3/endpoint" &
 server_pid=$!
 for _ in $(seq 900); do
