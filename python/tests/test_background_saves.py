@@ -30,7 +30,8 @@ def test_bare_save_async_returns_while_a_slow_save_goes_on(ckpt, monkeypatch):
     tree = {"w": np.arange(1000, dtype=np.float32)}
     start = time.monotonic()
     sk.save_async(ckpt, tree)  # the future is dropped at once
-    assert time.monotonic() - start < 0.5
+    # Before the stall ends: it did not wait for the save's background phase.
+    assert time.monotonic() - start < 1.5
     assert not os.path.exists(os.path.join(ckpt, "_SHARDKEEP"))
     _wait_until_no_background_saves()
     assert os.path.exists(os.path.join(ckpt, "_SHARDKEEP"))
@@ -93,7 +94,7 @@ def _run_exiting_script(ckpt, stall_s, timeout_s):
 
 def test_exit_right_after_a_bare_save_async_waits_for_the_commit(ckpt):
     returned_after, _, _ = _run_exiting_script(ckpt, stall_s=1.0, timeout_s=60)
-    assert returned_after < 0.5
+    assert returned_after < 1.0  # before the stall ended
     assert os.path.exists(os.path.join(ckpt, "_SHARDKEEP"))
     np.testing.assert_array_equal(sk.load(ckpt)["w"], np.arange(1 << 16, dtype=np.int64))
 

@@ -33,7 +33,8 @@ size_t SweepDimension(size_t rank, const std::vector<const Box*>& boxes) {
 }  // namespace
 
 std::optional<TilingFault> FindTilingFault(const std::vector<uint64_t>& shape,
-                                           const std::vector<const Box*>& boxes) {
+                                           const std::vector<const Box*>& boxes,
+                                           size_t* most_open) {
   const uint64_t total = Box{std::vector<uint64_t>(shape.size(), 0), shape}.NumElements();
   // Empty boxes cover nothing and overlap nothing.
   std::vector<size_t> order;
@@ -52,6 +53,7 @@ std::optional<TilingFault> FindTilingFault(const std::vector<uint64_t>& shape,
   // Disjoint boxes inside the shape hold at most `total` elements, so the
   // sum cannot overflow before an overlap is found.
   uint64_t covered = 0;
+  if (most_open != nullptr) *most_open = 0;
   for (size_t i : order) {
     std::erase_if(open, [&](size_t j) { return end(j) <= origin(i); });
     for (size_t j : open) {
@@ -60,6 +62,7 @@ std::optional<TilingFault> FindTilingFault(const std::vector<uint64_t>& shape,
       }
     }
     open.push_back(i);
+    if (most_open != nullptr) *most_open = std::max(*most_open, open.size());
     covered += boxes[i]->NumElements();
   }
   if (covered != total) return TilingFault{std::nullopt, covered, total};

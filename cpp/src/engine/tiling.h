@@ -29,7 +29,11 @@ struct TilingFault {
 // sweeps, comparing each box only with the boxes still open at its origin:
 // O(n log n) for the grids of chunks that sharded saves write; the worst
 // case, boxes that all stay open along that dimension, is O(n^2).
+// `most_open`, if given, receives the most boxes open at once: each box is
+// compared with at most that many, which is how a test checks the sweep's
+// cost without timing it.
 std::optional<TilingFault> FindTilingFault(const std::vector<uint64_t>& shape,
-                                           const std::vector<const Box*>& boxes);
+                                           const std::vector<const Box*>& boxes,
+                                           size_t* most_open = nullptr);
 
 }  // namespace shardkeep::internal

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <random>
 
 namespace shardkeep::internal {
@@ -77,20 +76,21 @@ TEST(Tiling, RankZeroAndEmptyShapes) {
 }
 
 // Thousands of chunks per leaf, shuffled, in either orientation: the sweep
-// must stay far from quadratic for the layouts sharded saves write.
-TEST(Tiling, ThousandsOfChunksAreFast) {
+// must stay far from quadratic for the layouts sharded saves write. Its
+// cost is checked by how many boxes it holds open (each box is compared
+// with those), not by a clock: a sweep along the wrong dimension of a
+// 20000x1 grid holds all 20000 open.
+TEST(Tiling, ThousandsOfChunksKeepFewOpen) {
   std::mt19937 rng(7);
   for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{20000, 1}, {1, 20000}, {150, 150}}) {
     std::vector<Box> boxes = Grid(rows, cols, 3, 5);
     std::shuffle(boxes.begin(), boxes.end(), rng);
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_FALSE(FindTilingFault({rows * 3, cols * 5}, Pointers(boxes)));
+    size_t most_open = 0;
+    EXPECT_FALSE(FindTilingFault({rows * 3, cols * 5}, Pointers(boxes), &most_open));
+    EXPECT_EQ(most_open, std::min(rows, cols)) << rows << "x" << cols;
     boxes.push_back(boxes[boxes.size() / 2]);
     auto fault = FindTilingFault({rows * 3, cols * 5}, Pointers(boxes));
     EXPECT_TRUE(fault && fault->overlap);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(seconds, 2.0) << rows << "x" << cols;
   }
 }
 

@@ -65,7 +65,8 @@ TEST(SimulatedGroupTest, TimeoutNamesKeyAndMissingProcesses) {
               "barrier 'save/written' timed out after 0.2 s; processes 2, 3 "
               "did not arrive");
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000));
+  // Well short of forever; loose, so that a loaded machine stays under it.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
   // The barrier failed for the whole group: a latecomer learns it at once.
   Status late = group.Member(2)->Barrier("save/written", 10);
   EXPECT_EQ(late.code(), StatusCode::kTimeout) << late.ToString();
@@ -153,7 +154,9 @@ TEST(SimulatedGroupTest, KillReleasesBlockedCallsAndWithdrawsArrival) {
   group.Kill(2);
   EXPECT_EQ(get.get().status().code(), StatusCode::kCancelled);
   EXPECT_EQ(barrier[1].get().code(), StatusCode::kCancelled);
-  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, milliseconds(200));
+  // Released by the kill, not by the get's 10 s timeout (the barrier's own
+  // timeout would have answered kTimeout).
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, milliseconds(5000));
   // Process 1 arrives, but process 2's arrival died with it.
   SK_ASSERT_OK(group.Member(1)->KeyValueSet("unrelated", ""));
   Status status = group.Member(1)->Barrier("k", 10);
