@@ -246,37 +246,25 @@ def test_rm_deletes_a_checkpoint_and_refuses_anything_else_without_force(tmp_pat
 # -- gc after a killed save ------------------------------------------------------
 
 _KILLED_SAVE = textwrap.dedent("""
-    import glob, os, signal, sys, time
+    import os, signal, sys
     import numpy as np
     import shardkeep as sk
+    from local_coordination import LocalCoordination, stall_at
     root, name = sys.argv[1], sys.argv[2]
-    s3 = root.startswith("s3://")
+    # Killed at the barrier after its data is written, before the commit:
+    # the save is left unfinished however fast or slow the machine.
+    LocalCoordination(stall_at("written", 0, then=lambda: os.kill(os.getpid(),
+                                                                  signal.SIGKILL))).install()
     mgr = sk.CheckpointManager(root, options=sk.Options(chunk_bytes=256 << 10, io_threads=2))
     mgr.save(int(name), {"big": np.ones((64 << 20) // 4, np.float32)})
-    if s3:
-        import boto3
-        bucket, _, prefix = root[len("s3://"):].partition("/")
-        from botocore.config import Config
-        client = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
-    deadline = time.monotonic() + 60
-    while True:
-        if s3:
-            keys = [o["Key"] for o in client.list_objects_v2(
-                Bucket=bucket, Prefix=f"{prefix}/{name}/").get("Contents", [])]
-            if keys:  # the first object of the save's generation: kill it early
-                break
-        elif glob.glob(os.path.join(root, name + ".shardkeep-tmp/state/data/*.bin")):
-            break
-        if time.monotonic() > deadline:
-            sys.exit("no data file appeared")
-        time.sleep(0.001)
-    os.kill(os.getpid(), signal.SIGKILL)
+    mgr.wait()
+    sys.exit("the save finished: it was never killed")
 """)
 
 
 def _kill_a_save(root: str, step: int) -> None:
-    """A child process starts saving ``step`` under ``root`` and is
-    SIGKILLed once its first data file exists (on S3: its first object)."""
+    """A child process saves ``step`` under ``root`` and is SIGKILLed once
+    its data is written, before the commit."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", _KILLED_SAVE, root, f"{step:09d}"], env=env,
                           cwd=_TESTS_DIR, capture_output=True, timeout=180)
