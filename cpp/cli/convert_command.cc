@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,9 +39,9 @@ std::string EnvironmentPython() {
   return "";
 }
 
-// `step` < 0: none given (the source's own step, if it records one).
-int Run(const std::string& src, const std::string& dst, const std::string& from,
-        bool allow_pickle, int64_t step) {
+}  // namespace
+
+int RunConvert(const ConvertArgs& args) {
   const std::string python = EnvironmentPython();
   if (python.empty()) {
     std::cerr << "shardkeep convert: no Python interpreter beside this program: convert "
@@ -50,46 +49,19 @@ int Run(const std::string& src, const std::string& dst, const std::string& from,
                  "torch); use the shardkeep installed by `pip install shardkeep`\n";
     return kFailed;
   }
-  std::vector<std::string> args = {python, "-m", "shardkeep.interop.convert_command", src, dst,
-                                   "--from", from};
-  if (allow_pickle) args.push_back("--allow-pickle");
-  if (step >= 0) {
-    args.push_back("--step");
-    args.push_back(std::to_string(step));
+  std::vector<std::string> command = {python, "-m", "shardkeep.interop.convert_command",
+                                      args.src, args.dst, "--from", args.from};
+  if (args.allow_pickle) command.push_back("--allow-pickle");
+  if (args.step >= 0) {
+    command.push_back("--step");
+    command.push_back(std::to_string(args.step));
   }
   std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
+  for (std::string& arg : command) argv.push_back(arg.data());
   argv.push_back(nullptr);
   execv(python.c_str(), argv.data());
   std::cerr << "shardkeep convert: cannot run " << python << "\n";
   return kFailed;
-}
-
-}  // namespace
-
-void AddConvertCommand(CLI::App& app, int& exit_code) {
-  CLI::App* command = app.add_subcommand(
-      "convert", "Write a shardkeep checkpoint from an Orbax, PyTorch DCP or safetensors one "
-                 "(runs shardkeep's Python package)");
-  auto src = std::make_shared<std::string>();
-  auto dst = std::make_shared<std::string>();
-  auto from = std::make_shared<std::string>();
-  auto allow_pickle = std::make_shared<bool>(false);
-  auto step = std::make_shared<int64_t>(-1);
-  command->add_option("SRC", *src, "The checkpoint to convert (path or s3:// URL)")->required();
-  command->add_option("DST", *dst, "Where to write the shardkeep checkpoint")->required();
-  command->add_option("--from", *from, "The source's format")
-      ->required()
-      ->check(CLI::IsMember({"orbax", "dcp", "safetensors"}));
-  command->add_flag("--allow-pickle", *allow_pickle,
-                    "DCP only: unpickle its metadata file (run code from the checkpoint: "
-                    "only for checkpoints you trust)");
-  command->add_option("--step", *step,
-                      "The step to record in the checkpoint (default: the Orbax step "
-                      "folder's number, when there is one)")
-      ->check(CLI::NonNegativeNumber);
-  command->callback(
-      [=, &exit_code] { exit_code = Run(*src, *dst, *from, *allow_pickle, *step); });
 }
 
 }  // namespace shardkeep::cli

@@ -13,13 +13,6 @@
 namespace shardkeep::cli {
 namespace {
 
-struct DiffArgs {
-  std::string a, b;
-  bool json = false;
-  bool all = false;
-  int threads = 0;
-};
-
 nlohmann::json Number(double value) {
   return std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value);
 }
@@ -74,6 +67,8 @@ void PrintText(const DiffArgs& args, const DiffReport& report) {
             << " bytes read\n";
 }
 
+}  // namespace
+
 int RunDiff(const DiffArgs& args) {
   Result<StorageLocation> a = ResolveStorage(args.a);
   Result<StorageLocation> b = a.ok() ? ResolveStorage(args.b) : a;
@@ -101,26 +96,6 @@ int RunDiff(const DiffArgs& args) {
     PrintText(args, *report);
   }
   return report->identical() ? kOk : kProblemsFound;
-}
-
-}  // namespace
-
-void AddDiffCommand(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<DiffArgs>();
-  CLI::App* command = app.add_subcommand(
-      "diff",
-      "Compare two checkpoints leaf by leaf: identical, differs (how many elements, the "
-      "largest absolute and relative difference), changed dtype or shape, or only in one. "
-      "Chunks whose checksums match are not read. Exit 0 when identical, 1 when they "
-      "differ, 3 when either cannot be read.");
-  command->add_option("a", args->a, "checkpoint path or s3:// URL")->required();
-  command->add_option("b", args->b, "checkpoint path or s3:// URL")->required();
-  command->add_flag("--json", args->json, "print every leaf's comparison as JSON on stdout");
-  command->add_flag("--all", args->all, "list identical leaves too");
-  command->add_option("--threads", args->threads,
-                      "chunks read at once (default: one per core)")
-      ->check(CLI::NonNegativeNumber);
-  command->callback([args, &exit_code] { exit_code = RunDiff(*args); });
 }
 
 }  // namespace shardkeep::cli

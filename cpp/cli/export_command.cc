@@ -32,16 +32,6 @@ constexpr uint64_t kBlockBytes = 64ull << 20;
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 
-struct ExportArgs {
-  std::string checkpoint;
-  std::string out;
-  std::string format = "safetensors";
-  std::string checkpointable;
-  std::string max_file_size = "5GB";
-  bool skip_unsupported = false;
-  bool force = false;
-};
-
 // "5GB" (10^9), "512MiB" (2^20), "1000" (bytes); nullopt when malformed.
 std::optional<uint64_t> ParseSize(const std::string& text) {
   size_t digits = 0;
@@ -313,6 +303,8 @@ class Exporter {
   std::vector<Tensor> tensors_;  // point into tree_
 };
 
+}  // namespace
+
 int RunExport(const ExportArgs& args) {
   auto fail = [](const std::string& what, const Status& status) {
     std::cerr << "shardkeep export: " << what << status.ToString() << "\n";
@@ -329,33 +321,6 @@ int RunExport(const ExportArgs& args) {
   const Status status = exporter.Run();
   if (!status.ok()) return fail(args.checkpoint + " -> " + args.out + ": ", status);
   return kOk;
-}
-
-}  // namespace
-
-void AddExportCommand(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<ExportArgs>();
-  CLI::App* command = app.add_subcommand(
-      "export",
-      "Write the full arrays of a pytree checkpointable in another format (safetensors), "
-      "in several files with a Hugging Face index when large, streaming with bounded memory.");
-  command->add_option("checkpoint", args->checkpoint, "checkpoint path or s3:// URL")
-      ->required();
-  command->add_option("out", args->out, "output folder (path or s3:// URL)")->required();
-  command->add_option("--format", args->format, "output format")
-      ->check(CLI::IsMember({"safetensors"}))
-      ->required();
-  command->add_option("--checkpointable", args->checkpointable,
-                      "the pytree to export (default: the checkpoint's only pytree)");
-  command->add_option("--max-file-size", args->max_file_size,
-                      "split into files of at most this size (e.g. 5GB, 500MB, 1GiB); "
-                      "default 5GB")
-      ->capture_default_str();
-  command->add_flag("--skip-unsupported", args->skip_unsupported,
-                    "leave out leaves whose dtype safetensors cannot express (int4, "
-                    "complex128, some float8 and float4 types) instead of failing");
-  command->add_flag("--force", args->force, "replace the files of an earlier export in OUT");
-  command->callback([args, &exit_code] { exit_code = RunExport(*args); });
 }
 
 }  // namespace shardkeep::cli

@@ -11,7 +11,6 @@
 // the caller then vouches that no save is writing under the root.
 #include <iostream>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,16 +22,8 @@
 namespace shardkeep::cli {
 namespace {
 
-constexpr double kDefaultMinAgeS = 3600;
-
-struct GcOptions {
-  std::string url;
-  double min_age_s = kDefaultMinAgeS;
-  bool dry_run = false;
-};
-
 // The line gc prints for one entry it kept.
-std::string WhyKept(const CollectedEntry& c, const SurveyedEntry& s, const GcOptions& options,
+std::string WhyKept(const CollectedEntry& c, const SurveyedEntry& s, const GcArgs& options,
                     const std::string& root_url) {
   using Outcome = CollectedEntry::Outcome;
   switch (c.outcome) {
@@ -54,15 +45,17 @@ std::string WhyKept(const CollectedEntry& c, const SurveyedEntry& s, const GcOpt
   }
 }
 
-int Run(const GcOptions& options) {
-  Result<Location> root = OpenLocation(options.url);
+}  // namespace
+
+int RunGc(const GcArgs& args) {
+  Result<Location> root = OpenLocation(args.url);
   if (!root.ok()) {
-    PrintError("gc", options.url, root.status());
+    PrintError("gc", args.url, root.status());
     return kFailed;
   }
   Result<std::vector<SurveyedEntry>> surveyed = SurveyRoot(*root);
   if (!surveyed.ok()) {
-    PrintError("gc", options.url, surveyed.status());
+    PrintError("gc", args.url, surveyed.status());
     return kFailed;
   }
   std::map<std::string, const SurveyedEntry*> by_name;
@@ -72,8 +65,8 @@ int Run(const GcOptions& options) {
     entries.push_back(s.entry);
   }
   CollectOptions collect;
-  collect.min_age_s = options.min_age_s;
-  collect.dry_run = options.dry_run;
+  collect.min_age_s = args.min_age_s;
+  collect.dry_run = args.dry_run;
   collect.modified_ns = [&by_name](const std::string& name) {
     return by_name.at(name)->modified_ns;
   };
@@ -82,7 +75,7 @@ int Run(const GcOptions& options) {
 
   int exit_code = kOk;
   uint64_t removed = 0, removed_bytes = 0, kept = 0;
-  const char* verb = options.dry_run ? "would remove" : "removed";
+  const char* verb = args.dry_run ? "would remove" : "removed";
   for (const CollectedEntry& c : collected) {
     const SurveyedEntry& s = *by_name.at(c.name);
     const std::string state = EntryStateName(c.state);
@@ -95,7 +88,7 @@ int Run(const GcOptions& options) {
       ++kept;
       std::cout << "kept " << s.url << " (" << state;
       if (c.state == EntryState::kRejected) std::cout << ": " << s.entry.problem.ToString();
-      std::cout << "): " << WhyKept(c, s, options, root->url) << "\n";
+      std::cout << "): " << WhyKept(c, s, args, root->url) << "\n";
       continue;
     }
     const uint64_t bytes = s.usage ? s.usage->bytes : 0;
@@ -106,32 +99,6 @@ int Run(const GcOptions& options) {
   std::cout << verb << " " << removed << " leftover" << (removed == 1 ? "" : "s") << ", "
             << HumanBytes(removed_bytes) << "; kept " << kept << "\n";
   return exit_code;
-}
-
-}  // namespace
-
-void AddGcCommand(CLI::App& app, int& exit_code) {
-  CLI::App* command = app.add_subcommand(
-      "gc", "Remove the leftovers of failed saves under a root (temporary, replaced, "
-            "being-deleted and unfinished folders); never a committed checkpoint nor "
-            "the only copy of one");
-  auto options = std::make_shared<GcOptions>();
-  command->add_option("ROOT", options->url, "Folder holding checkpoints: a path or "
-                                            "s3://bucket/prefix")
-      ->required();
-  const std::map<std::string, double> units{
-      {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 604800}};
-  command
-      ->add_option("--older-than", options->min_age_s,
-                   "Remove only leftovers in which nothing was written for this long (30m, "
-                   "2h, 7d; default 1h), so that a save still writing is left alone. 0 "
-                   "removes every leftover: only when no save is writing under ROOT")
-      ->transform(CLI::AsNumberWithUnit(units, CLI::AsNumberWithUnit::CASE_SENSITIVE,
-                                        "DURATION"))
-      ->check(CLI::NonNegativeNumber)
-      ->type_name("DURATION");
-  command->add_flag("--dry-run", options->dry_run, "Report what would be removed; remove nothing");
-  command->callback([&exit_code, options] { exit_code = Run(*options); });
 }
 
 }  // namespace shardkeep::cli

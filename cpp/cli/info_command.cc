@@ -102,16 +102,18 @@ PytreeReport DescribePytree(const PytreeInfo& tree) {
   return report;
 }
 
-int Run(const std::string& url, const std::string& only, bool as_json) {
-  Result<Location> location = OpenLocation(url);
+}  // namespace
+
+int RunInfo(const InfoArgs& args) {
+  Result<Location> location = OpenLocation(args.url);
   if (!location.ok()) {
-    PrintError("info", url, location.status());
+    PrintError("info", args.url, location.status());
     return kFailed;
   }
   Result<std::unique_ptr<CheckpointReader>> opened =
       CheckpointReader::Open(location->storage, location->path);
   if (!opened.ok()) {
-    PrintError("info", url, opened.status());
+    PrintError("info", args.url, opened.status());
     return kFailed;
   }
   CheckpointReader& reader = **opened;
@@ -119,15 +121,16 @@ int Run(const std::string& url, const std::string& only, bool as_json) {
 
   std::vector<CheckpointableInfo> chosen;
   for (const CheckpointableInfo& c : info.checkpointables) {
-    if (only.empty() || c.name == only) chosen.push_back(c);
+    if (args.checkpointable.empty() || c.name == args.checkpointable) chosen.push_back(c);
   }
-  if (!only.empty() && chosen.empty()) {
+  if (!args.checkpointable.empty() && chosen.empty()) {
     std::string names;
     for (const CheckpointableInfo& c : info.checkpointables) {
       names += (names.empty() ? "" : ", ") + c.name;
     }
-    PrintError("info", url,
-               NotFoundError("no checkpointable named \"" + only + "\"; it holds: " + names));
+    PrintError("info", args.url,
+               NotFoundError("no checkpointable named \"" + args.checkpointable +
+                             "\"; it holds: " + names));
     return kFailed;
   }
 
@@ -143,7 +146,7 @@ int Run(const std::string& url, const std::string& only, bool as_json) {
   out["metrics"] = Parsed(info.metrics_json);
   out["checkpointables"] = json::array();
 
-  if (!as_json) {
+  if (!args.json) {
     Table head({"checkpoint", location->url});
     head.Add({"step", info.step ? std::to_string(*info.step) : "- (none)"});
     head.Add({"created", HumanTime(info.created_ns)});
@@ -168,7 +171,7 @@ int Run(const std::string& url, const std::string& only, bool as_json) {
       PytreeReport report = DescribePytree(*tree);
       cj.update(report.j);
       cj["bytes"] = report.totals.bytes;
-      if (!as_json) {
+      if (!args.json) {
         const Totals& t = report.totals;
         std::cout << "\n" << c.name << " (pytree): " << t.leaves << " leaves, " << t.arrays
                   << " arrays\n";
@@ -186,30 +189,15 @@ int Run(const std::string& url, const std::string& only, bool as_json) {
         continue;
       }
       cj["bytes"] = value->size();
-      if (!as_json) {
+      if (!args.json) {
         std::cout << "\n" << c.name << " (" << c.kind << "): " << HumanBytes(value->size())
                   << "\n";
       }
     }
     out["checkpointables"].push_back(std::move(cj));
   }
-  if (as_json) PrintJson(out);
+  if (args.json) PrintJson(out);
   return exit_code;
-}
-
-}  // namespace
-
-void AddInfoCommand(CLI::App& app, int& exit_code) {
-  CLI::App* command = app.add_subcommand(
-      "info", "Show a checkpoint's commit record (step, times, processes, metadata, metrics) "
-              "and its trees: leaves with dtype, shape, saved sharding, size and compression");
-  auto url = std::make_shared<std::string>();
-  auto only = std::make_shared<std::string>();
-  auto as_json = std::make_shared<bool>(false);
-  command->add_option("CKPT", *url, "The checkpoint: a path or s3://bucket/prefix")->required();
-  command->add_option("--checkpointable", *only, "Show only this checkpointable");
-  command->add_flag("--json", *as_json, "Machine-readable output (fields in docs/CLI.md)");
-  command->callback([&exit_code, url, only, as_json] { exit_code = Run(*url, *only, *as_json); });
 }
 
 }  // namespace shardkeep::cli

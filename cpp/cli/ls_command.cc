@@ -1,7 +1,6 @@
 // `shardkeep ls ROOT [--json]`: the checkpoints under a root, and the
 // leftovers of failed saves beside them.
 #include <iostream>
-#include <memory>
 #include <string>
 
 #include "cli_support.h"
@@ -126,10 +125,12 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
   }
 }
 
-int Run(const std::string& url, bool as_json) {
-  Result<Location> root = OpenLocation(url);
+}  // namespace
+
+int RunLs(const LsArgs& args) {
+  Result<Location> root = OpenLocation(args.url);
   if (!root.ok()) {
-    PrintError("ls", url, root.status());
+    PrintError("ls", args.url, root.status());
     return kFailed;
   }
   if (root->local) {
@@ -137,13 +138,13 @@ int Run(const std::string& url, bool as_json) {
     // holds nothing; on a file system it is most likely a typo.
     Result<bool> exists = root->storage->Exists(root->path);
     if (!exists.ok() || !*exists) {
-      PrintError("ls", url, exists.ok() ? NotFoundError("no such folder") : exists.status());
+      PrintError("ls", args.url, exists.ok() ? NotFoundError("no such folder") : exists.status());
       return kFailed;
     }
   }
   Result<std::vector<SurveyedEntry>> entries = SurveyRoot(*root);
   if (!entries.ok()) {
-    PrintError("ls", url, entries.status());
+    PrintError("ls", args.url, entries.status());
     return kFailed;
   }
   int exit_code = kOk;
@@ -153,7 +154,7 @@ int Run(const std::string& url, bool as_json) {
       exit_code = kFailed;
     }
   }
-  if (as_json) {
+  if (args.json) {
     json out;
     out["root"] = root->url;
     out["entries"] = json::array();
@@ -163,20 +164,6 @@ int Run(const std::string& url, bool as_json) {
     PrintText(root->url, *entries);
   }
   return exit_code;
-}
-
-}  // namespace
-
-void AddLsCommand(CLI::App& app, int& exit_code) {
-  CLI::App* command = app.add_subcommand(
-      "ls", "List the checkpoints under a root folder (step, commit time, size, processes, "
-            "checkpointables) and flag the leftovers of failed saves");
-  auto url = std::make_shared<std::string>();
-  auto as_json = std::make_shared<bool>(false);
-  command->add_option("ROOT", *url, "Folder holding checkpoints: a path or s3://bucket/prefix")
-      ->required();
-  command->add_flag("--json", *as_json, "Machine-readable output (fields in docs/CLI.md)");
-  command->callback([&exit_code, url, as_json] { exit_code = Run(*url, *as_json); });
 }
 
 }  // namespace shardkeep::cli

@@ -1,7 +1,6 @@
 // `shardkeep rm CKPT [--force]`: deletes a committed checkpoint so that a
 // crash never leaves a half-deleted checkpoint under its name.
 #include <iostream>
-#include <memory>
 #include <string>
 
 #include "cli_support.h"
@@ -9,25 +8,23 @@
 #include "shardkeep/checkpoint_root.h"
 
 namespace shardkeep::cli {
-namespace {
-
-int Run(const std::string& url, bool force) {
-  Result<Location> location = OpenLocation(url);
+int RunRm(const RmArgs& args) {
+  Result<Location> location = OpenLocation(args.url);
   if (!location.ok()) {
-    PrintError("rm", url, location.status());
+    PrintError("rm", args.url, location.status());
     return kFailed;
   }
   Storage& storage = *location->storage;
   Result<bool> exists = storage.Exists(location->path);
   if (!exists.ok()) {
-    PrintError("rm", url, exists.status());
+    PrintError("rm", args.url, exists.status());
     return kFailed;
   }
   if (!*exists) {
-    PrintError("rm", url, NotFoundError("nothing to delete: no such checkpoint"));
+    PrintError("rm", args.url, NotFoundError("nothing to delete: no such checkpoint"));
     return kFailed;
   }
-  if (!force) {
+  if (!args.force) {
     // Only a checkpoint a reader would open goes without --force: not a
     // root of checkpoints, someone's folder, or a record this build cannot
     // read (perhaps written by a newer version).
@@ -45,26 +42,11 @@ int Run(const std::string& url, bool force) {
   }
   Status deleted = DeleteCheckpoint(storage, location->path);
   if (!deleted.ok()) {
-    PrintError("rm", url, deleted);
+    PrintError("rm", args.url, deleted);
     return kFailed;
   }
   std::cout << "deleted " << location->url << "\n";
   return kOk;
-}
-
-}  // namespace
-
-void AddRmCommand(CLI::App& app, int& exit_code) {
-  CLI::App* command = app.add_subcommand(
-      "rm", "Delete a committed checkpoint (refuses anything without a commit record unless "
-            "--force)");
-  auto url = std::make_shared<std::string>();
-  auto force = std::make_shared<bool>(false);
-  command->add_option("CKPT", *url, "The checkpoint: a path or s3://bucket/prefix")->required();
-  command->add_flag("--force", *force,
-                    "Delete the folder even without a readable commit record (a leftover, a "
-                    "damaged checkpoint, or any folder)");
-  command->callback([&exit_code, url, force] { exit_code = Run(*url, *force); });
 }
 
 }  // namespace shardkeep::cli

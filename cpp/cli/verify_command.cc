@@ -13,12 +13,6 @@
 namespace shardkeep::cli {
 namespace {
 
-struct VerifyArgs {
-  std::string checkpoint;
-  bool json = false;
-  int threads = 0;
-};
-
 nlohmann::json ProblemJson(const VerifyProblem& problem) {
   nlohmann::json out = {{"file", problem.file},
                         {"checkpointable", problem.checkpointable},
@@ -51,6 +45,8 @@ void PrintText(const std::string& checkpoint, const VerifyReport& report, double
     std::cout << "  " << problem.message << "\n";
   }
 }
+
+}  // namespace
 
 int RunVerify(const VerifyArgs& args) {
   Result<StorageLocation> location = ResolveStorage(args.checkpoint);
@@ -87,24 +83,6 @@ int RunVerify(const VerifyArgs& args) {
     PrintText(args.checkpoint, *report, seconds);
   }
   return report->ok() ? kOk : kProblemsFound;
-}
-
-}  // namespace
-
-void AddVerifyCommand(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<VerifyArgs>();
-  CLI::App* command = app.add_subcommand(
-      "verify",
-      "Check a committed checkpoint completely: commit record, every meta.json and index, "
-      "the tiling of every leaf, every chunk's checksum (and zstd frame). Exit 0 when "
-      "intact, 1 listing every problem (file, leaf, offset), 3 when it cannot be read.");
-  command->add_option("checkpoint", args->checkpoint, "checkpoint path or s3:// URL")
-      ->required();
-  command->add_flag("--json", args->json, "print the report as JSON on stdout");
-  command->add_option("--threads", args->threads,
-                      "chunks checked at once (default: one per core, more on S3)")
-      ->check(CLI::NonNegativeNumber);
-  command->callback([args, &exit_code] { exit_code = RunVerify(*args); });
 }
 
 }  // namespace shardkeep::cli
