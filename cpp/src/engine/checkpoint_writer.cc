@@ -188,7 +188,11 @@ struct PytreeBuilder::State {
       return InvalidArgumentError(Where(path) + ": shard box " + box.ToString() +
                                   " has no data");
     }
-    leaf->shards.push_back({0, dtype, std::move(box), data});
+    ShardData shard;
+    shard.dtype = dtype;
+    shard.box = std::move(box);
+    shard.data = data;
+    leaf->shards.push_back(std::move(shard));
     return Status::Ok();
   }
 
@@ -196,7 +200,9 @@ struct PytreeBuilder::State {
                         std::function<Status(const Box&, uint8_t*)> fill) {
     SK_ASSIGN_OR_RETURN(DeclaredLeaf* leaf, LeafForShard(path, dtype, box));
     if (!fill) return InvalidArgumentError(Where(path) + ": shard source is empty");
-    ShardData shard{0, dtype, std::move(box), nullptr};
+    ShardData shard;
+    shard.dtype = dtype;
+    shard.box = std::move(box);
     shard.fill = std::move(fill);
     leaf->shards.push_back(std::move(shard));
     return Status::Ok();
