@@ -28,19 +28,16 @@ SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'
 # (gtest's sharding: each process runs every n-th case), each shard one
 # process: far faster than one process per case through ctest. Each
 # shard's output is printed when it ends.
+source scripts/lanes.sh
+shard() {
+  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$LANE \
+    "$TREE/shardkeep_tests" --gtest_brief=1 --gtest_filter="$SKIP"
+}
 run() {
-  local shards=${SANITIZE_JOBS:-$(nproc)} pids=() i failed=0
+  local shards=${SANITIZE_JOBS:-$(nproc)}
   echo "== $1/shardkeep_tests in $shards shards"
-  for ((i = 0; i < shards; i++)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i \
-      "$1/shardkeep_tests" --gtest_brief=1 --gtest_filter="$SKIP" > "$1/shard-$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for ((i = 0; i < shards; i++)); do
-    wait "${pids[$i]}" || failed=1
-    cat "$1/shard-$i.log"
-  done
-  [ $failed = 0 ] || { echo "FAILED: $1" >&2; exit 1; }
+  SHARDS=$shards TREE=$1 run_lanes "$shards" "$1/shard" shard \
+    || { echo "FAILED: $1" >&2; exit 1; }
 }
 
 if [[ $what == asan || $what == all ]]; then

@@ -47,19 +47,12 @@ for ((lane = 0; lane < lanes; lane++)); do
   tmpfs+=("$t")
 done
 
-# Each lane's output goes to its log, printed whole once the lane ends.
-pids=()
-for ((lane = 0; lane < lanes; lane++)); do
-  n=$(( trials / lanes + (lane < trials % lanes ? 1 : 0) ))
-  mkdir -p "$workdir/lane-$lane"
-  TORTURE_SEED=$((seed + lane)) "$python" scripts/torture/driver.py "$n" \
-    "$workdir/lane-$lane" ${tmpfs[$lane]} > "$workdir/lane-$lane.log" 2>&1 &
-  pids+=($!)
-done
-rc=0
-for ((lane = 0; lane < lanes; lane++)); do
-  wait "${pids[$lane]}" || rc=1
-  echo "== torture lane $lane of $lanes"
-  cat "$workdir/lane-$lane.log"
-done
-exit $rc
+# One lane: its share of the trials, from its own seed, in its own roots.
+lane() {
+  local n=$(( trials / lanes + (LANE < trials % lanes ? 1 : 0) ))
+  mkdir -p "$workdir/lane-$LANE"
+  TORTURE_SEED=$((seed + LANE)) "$python" scripts/torture/driver.py "$n" \
+    "$workdir/lane-$LANE" ${tmpfs[$LANE]}
+}
+source scripts/lanes.sh
+run_lanes "$lanes" "$workdir/lane" lane
