@@ -8,6 +8,7 @@
 #include "shardkeep/checkpoint_root.h"
 
 namespace shardkeep::cli {
+
 int RunRm(const RmArgs& args) {
   Result<Location> location = OpenLocation(args.url);
   if (!location.ok()) {
