@@ -354,6 +354,7 @@ def main(argv=None) -> int:
     if "a_s3" in parts:
         sys.path.insert(0, HERE)
         import s3_server
+        os.makedirs(os.path.dirname(args.root), exist_ok=True)
         scratch = tempfile.mkdtemp(prefix="w8-s3-", dir=os.path.dirname(args.root))
         server = s3_server.start(scratch, "bench-w8")
         os.environ.update(server.env())  # the job's processes inherit it
