@@ -29,15 +29,14 @@ SKIP='-ParallelForTest.HugeAllocationFailsWithResourceExhausted'
 # process: far faster than one process per case through ctest. Each
 # shard's output is printed when it ends.
 source scripts/lanes.sh
-shard() {
-  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$LANE \
-    "$TREE/shardkeep_tests" --gtest_brief=1 --gtest_filter="$SKIP"
+shard() {  # shard <dir> <shards>, lane $LANE
+  GTEST_TOTAL_SHARDS=$2 GTEST_SHARD_INDEX=$LANE \
+    "$1/shardkeep_tests" --gtest_brief=1 --gtest_filter="$SKIP"
 }
 run() {
   local shards=${SANITIZE_JOBS:-$(nproc)}
   echo "== $1/shardkeep_tests in $shards shards"
-  SHARDS=$shards TREE=$1 run_lanes "$shards" "$1/shard" shard \
-    || { echo "FAILED: $1" >&2; exit 1; }
+  run_lanes "$shards" "$1/shard" shard "$1" "$shards" || { echo "FAILED: $1" >&2; exit 1; }
 }
 
 if [[ $what == asan || $what == all ]]; then
