@@ -2,13 +2,31 @@
 
 Requests pass through byte for byte (headers untouched, so signatures
 still verify: the client signs the Host it sends, the proxy's, and the
-server checks the Host it receives). Rules armed with ``fail`` answer the
-next N matching requests themselves instead: with an S3 error (503
-SlowDown, 500 InternalError, or any status and code), or by dropping the
-connection after reading part of the request. ``hold`` parks matching
-requests until ``release``, to act on the server while a save is in
-flight. When the server cannot be reached, the proxy drops the client's
-connection, as a dead server would.
+server checks the Host it receives), except where a fault changes them.
+What happens to a request comes from the rules armed below, first match
+first, else from the random plan set with ``chaos`` (s3_chaos.py). A
+fault (``Fault.kind``) is one of:
+
+* ``error``: the proxy answers with an S3 error itself (503 SlowDown,
+  500 InternalError, or any status and code);
+* ``drop``: the connection closes after the request's head and part of
+  its body were read; nothing reaches the server;
+* ``cut``: a body is cut short. An upload's: part of it reaches the
+  server, then both connections close. Otherwise the answer's: its head
+  and part of its body reach the client, then the connection closes (an
+  answer without a body is lost whole);
+* ``lost``: the request reaches the server whole and takes effect; the
+  connection closes before the answer does;
+* ``flip``: one bit flips in an upload's body on its way to the server,
+  or else in a 2xx answer's body on its way to the client;
+* ``delay``: the server's answer is held back ``delay_s`` seconds;
+* ``hold``: the request is parked until ``release``, to act on the
+  server while a save is in flight.
+
+A cut or a flip lands at the fraction ``at`` of the body's length. When
+the server cannot be reached, the proxy drops the client's connection, as
+a dead server would. ``seen`` records each request and what was done to
+it.
 
 One thread per client connection and one upstream connection per client
 connection, so the client's connection reuse and parallel requests are
@@ -17,6 +35,7 @@ kept as they are.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import socket
 import threading
@@ -24,22 +43,35 @@ import urllib.parse
 
 import pytest
 
+from s3_http import Closed, Stream, body_framing, parse_head
+
 _ERROR_BODY = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
                '<Message>{message}</Message><Resource>{resource}</Resource>'
                '<RequestId>fault-proxy</RequestId></Error>')
 _REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             500: "Internal Server Error", 503: "Service Unavailable"}
-_MAX_HEAD = 64 << 10
+# What ``seen`` says of a request each fault acted on.
+_OUTCOMES = {"drop": "dropped", "cut": "cut", "lost": "lost", "flip": "flipped",
+             "delay": "delayed"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """What to do to one request (the module's docstring lists the kinds)."""
+
+    kind: str
+    status: int = 503            # error
+    code: str = "SlowDown"       # error
+    at: float = 0.5              # cut, flip: where in the body, a fraction of its length
+    delay_s: float = 0.0         # delay
 
 
 @dataclasses.dataclass
 class _Rule:
-    action: str                  # "error", "drop" or "hold"
+    fault: Fault
     count: int                   # requests still to act on
     method: str | None
     query: str | None            # a query parameter the request must carry
-    status: int = 503
-    code: str = "SlowDown"
     after: int = 0               # matching requests to let through first
 
     def matches(self, method: str, params: dict) -> bool:
@@ -53,92 +85,37 @@ class Seen:
 
     method: str
     target: str
-    outcome: str                 # "forwarded", "error 503", "dropped", "unreachable"
+    outcome: str  # "forwarded", "error 503", "dropped", "cut", "lost", "flipped",
+                  # "delayed", "unreachable"
 
 
-class _Closed(Exception):
-    """The peer closed its connection."""
+class _CutHere(Exception):
+    """A body reached the length a cut lets through."""
 
 
-class _Stream:
-    """Buffered reads from a socket: lines, exact lengths, chunked bodies."""
+class _Tamper:
+    """Passes a body on to ``sink`` with one bit flipped, or only its first
+    ``offset`` bytes and then raises _CutHere."""
 
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.buffer = b""
+    def __init__(self, sink, fault: Fault, length: int):
+        self.sink = sink
+        self.cut = fault.kind == "cut"
+        position = min(int(fault.at * length * 8), length * 8 - 1)
+        self.offset, self.bit = divmod(position, 8)
+        self.passed = 0
 
-    def _fill(self) -> None:
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise _Closed()
-        self.buffer += data
-
-    def head(self) -> bytes:
-        """Bytes up to and including the blank line ending a message head."""
-        while b"\r\n\r\n" not in self.buffer:
-            if len(self.buffer) > _MAX_HEAD:
-                raise ValueError("message head too long")
-            self._fill()
-        end = self.buffer.index(b"\r\n\r\n") + 4
-        head, self.buffer = self.buffer[:end], self.buffer[end:]
-        return head
-
-    def line(self) -> bytes:
-        while b"\r\n" not in self.buffer:
-            self._fill()
-        end = self.buffer.index(b"\r\n") + 2
-        line, self.buffer = self.buffer[:end], self.buffer[end:]
-        return line
-
-    def exactly(self, size: int, sink) -> None:
-        """Passes the next ``size`` bytes to ``sink`` as they arrive."""
-        while size:
-            if not self.buffer:
-                self._fill()
-            piece, self.buffer = self.buffer[:size], self.buffer[size:]
-            sink(piece)
-            size -= len(piece)
-
-    def until_close(self, sink) -> None:
-        if self.buffer:
-            sink(self.buffer)
-            self.buffer = b""
-        while True:
-            data = self.sock.recv(1 << 16)
-            if not data:
-                return
-            sink(data)
-
-    def chunked(self, sink) -> None:
-        """Passes a chunked body, framing included, to ``sink``."""
-        while True:
-            size_line = self.line()
-            sink(size_line)
-            size = int(size_line.split(b";")[0].strip(), 16)
-            if size == 0:
-                while True:  # trailers, then the blank line
-                    trailer = self.line()
-                    sink(trailer)
-                    if trailer == b"\r\n":
-                        return
-            self.exactly(size + 2, sink)
-
-
-def _parse_head(head: bytes):
-    lines = head.decode("latin-1").split("\r\n")
-    first = lines[0].split(" ")
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            name, value = line.split(":", 1)
-            headers[name.strip().lower()] = value.strip()
-    return first, headers
-
-
-def _body_framing(headers: dict) -> tuple[str, int]:
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return "chunked", 0
-    return "length", int(headers.get("content-length", "0"))
+    def __call__(self, piece: bytes) -> None:
+        start = self.passed
+        self.passed += len(piece)
+        if self.cut and self.passed > self.offset:
+            if self.offset > start:
+                self.sink(piece[:self.offset - start])
+            raise _CutHere()
+        if not self.cut and start <= self.offset < self.passed:
+            flipped = bytearray(piece)
+            flipped[self.offset - start] ^= 1 << self.bit
+            piece = bytes(flipped)
+        self.sink(piece)
 
 
 class FaultProxy:
@@ -151,13 +128,14 @@ class FaultProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._rules: list[_Rule] = []
+        self._plan = None
         self._released = threading.Event()
         self._released.set()
         self._held = threading.Condition(self._lock)
         self._holding = 0
+        self._stopping = threading.Event()
         self.seen: list[Seen] = []
         self._sockets: set[socket.socket] = set()
-        self._closed = False
         self._thread = threading.Thread(target=self._accept, daemon=True,
                                         name="s3-fault-proxy")
         self._thread.start()
@@ -168,26 +146,43 @@ class FaultProxy:
 
     # -- arming ------------------------------------------------------------
 
+    def inject(self, fault: Fault, count: int = 1, *, method: str | None = None,
+               query: str | None = None, after: int = 0) -> None:
+        """Does ``fault`` to ``count`` matching requests, after letting the
+        first ``after`` of them through."""
+        with self._lock:
+            if fault.kind == "hold":
+                self._released.clear()
+            self._rules.append(_Rule(fault, count, method, query, after))
+
     def fail(self, count: int = 1, *, status: int = 503, code: str = "SlowDown",
              method: str | None = None, query: str | None = None, after: int = 0) -> None:
-        """Answers ``count`` matching requests with an S3 error, after
-        letting the first ``after`` of them through."""
-        with self._lock:
-            self._rules.append(_Rule("error", count, method, query, status, code, after))
+        """Answers ``count`` matching requests with an S3 error."""
+        self.inject(Fault("error", status, code), count, method=method, query=query,
+                    after=after)
 
     def drop(self, count: int = 1, *, method: str | None = None,
              query: str | None = None) -> None:
         """Closes the connection of the next ``count`` matching requests
         after reading their head (and part of their body)."""
-        with self._lock:
-            self._rules.append(_Rule("drop", count, method, query))
+        self.inject(Fault("drop"), count, method=method, query=query)
+
+    def flip(self, count: int = 1, *, method: str | None = None, query: str | None = None,
+             at: float = 0.5) -> None:
+        """Flips a bit of the next ``count`` matching uploads' bodies (or,
+        for requests without one, of their 2xx answers' bodies)."""
+        self.inject(Fault("flip", at=at), count, method=method, query=query)
 
     def hold(self, count: int = 1, *, method: str | None = None,
              query: str | None = None) -> None:
         """Parks the next ``count`` matching requests until ``release``."""
+        self.inject(Fault("hold"), count, method=method, query=query)
+
+    def chaos(self, plan) -> None:
+        """Requests no rule takes get ``plan.choose(method, target,
+        headers)``'s fault (a s3_chaos.RandomFaults); None stops that."""
         with self._lock:
-            self._released.clear()
-            self._rules.append(_Rule("hold", count, method, query))
+            self._plan = plan
 
     def wait_held(self, at_least: int = 1, timeout: float = 30.0) -> None:
         with self._held:
@@ -199,17 +194,24 @@ class FaultProxy:
         self._released.set()
 
     def disarm(self) -> None:
+        """Clears the rules and the plan; releases held requests."""
         with self._lock:
             self._rules.clear()
+            self._plan = None
         self._released.set()
 
     def injected(self) -> int:
-        """How many requests the proxy answered or dropped itself."""
+        """How many requests the proxy did something to other than forwarding."""
         with self._lock:
             return sum(s.outcome != "forwarded" for s in self.seen)
 
+    def tally(self) -> collections.Counter[str]:
+        """How many requests had each outcome."""
+        with self._lock:
+            return collections.Counter(s.outcome for s in self.seen)
+
     def close(self) -> None:
-        self._closed = True
+        self._stopping.set()
         self._released.set()
         self._listener.close()
         with self._lock:
@@ -222,7 +224,7 @@ class FaultProxy:
     # -- serving -----------------------------------------------------------
 
     def _accept(self) -> None:
-        while not self._closed:
+        while not self._stopping.is_set():
             try:
                 client, _ = self._listener.accept()
             except OSError:
@@ -243,7 +245,9 @@ class FaultProxy:
         except OSError:
             pass
 
-    def _take_rule(self, method: str, params: dict) -> _Rule | None:
+    def _choose(self, method: str, target: str, headers: dict) -> Fault | None:
+        params = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query,
+                                       keep_blank_values=True)
         with self._lock:
             for rule in self._rules:
                 if rule.count > 0 and rule.matches(method, params):
@@ -251,8 +255,9 @@ class FaultProxy:
                         rule.after -= 1
                         return None
                     rule.count -= 1
-                    return rule
-        return None
+                    return rule.fault
+            plan = self._plan
+        return plan.choose(method, target, headers) if plan is not None else None
 
     def _record(self, method: str, target: str, outcome: str) -> None:
         with self._lock:
@@ -262,27 +267,25 @@ class FaultProxy:
         self._track(client)
         upstream = None
         try:
-            incoming = _Stream(client)
+            incoming = Stream(client)
             while True:
                 head = incoming.head()
-                (method, target, *_), headers = _parse_head(head)
-                params = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query,
-                                               keep_blank_values=True)
-                rule = self._take_rule(method, params)
-                if rule is not None and rule.action == "hold":
+                (method, target, *_), headers = parse_head(head)
+                fault = self._choose(method, target, headers)
+                if fault is not None and fault.kind == "hold":
                     with self._held:
                         self._holding += 1
                         self._held.notify_all()
                     self._released.wait()
-                    rule = None
-                if rule is not None and rule.action == "drop":
+                    fault = None
+                if fault is not None and fault.kind == "drop":
                     self._record(method, target, "dropped")
-                    framing, length = _body_framing(headers)
+                    framing, length = body_framing(headers)
                     if framing == "length" and length and "expect" not in headers:
                         incoming.exactly(min(length, max(1, length // 2)), lambda _: None)
                     return
-                if rule is not None:
-                    self._answer_error(client, incoming, head, headers, method, target, rule)
+                if fault is not None and fault.kind == "error":
+                    self._answer_error(client, incoming, headers, method, target, fault)
                     return
                 if upstream is None:
                     try:
@@ -292,58 +295,63 @@ class FaultProxy:
                         self._record(method, target, "unreachable")
                         return
                     self._track(upstream)
-                outcome = self._forward(client, incoming, upstream, head, headers, method)
-                self._record(method, target,
-                             "unreachable" if outcome == "lost" else "forwarded")
-                if outcome != "open":
+                state, outcome = self._forward(client, incoming, upstream, head, headers,
+                                               method, fault)
+                self._record(method, target, outcome)
+                if state != "open":
                     return
-        except (_Closed, OSError, ValueError):
+        except (Closed, OSError, ValueError):
             return
         finally:
             self._untrack_and_close(upstream)
             self._untrack_and_close(client)
 
-    def _answer_error(self, client, incoming, head, headers, method, target, rule) -> None:
-        """Sends the rule's S3 error and closes the connection.
+    def _answer_error(self, client, incoming, headers, method, target, fault) -> None:
+        """Sends the fault's S3 error and closes the connection.
 
         The body is read first (unless the client waits for 100-continue,
         in which case it sends none), so the client sees the answer rather
         than a reset.
         """
-        framing, length = _body_framing(headers)
+        framing, length = body_framing(headers)
         if "100-continue" not in headers.get("expect", "").lower():
             if framing == "chunked":
                 incoming.chunked(lambda _: None)
             else:
                 incoming.exactly(length, lambda _: None)
-        body = _ERROR_BODY.format(code=rule.code, message=f"injected {rule.code}",
+        body = _ERROR_BODY.format(code=fault.code, message=f"injected {fault.code}",
                                   resource=urllib.parse.urlsplit(target).path).encode()
-        reason = _REASONS.get(rule.status, "Error")
-        response = (f"HTTP/1.1 {rule.status} {reason}\r\nContent-Type: application/xml\r\n"
+        reason = _REASONS.get(fault.status, "Error")
+        response = (f"HTTP/1.1 {fault.status} {reason}\r\nContent-Type: application/xml\r\n"
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
         if method != "HEAD":
             response += body
         client.sendall(response)
-        self._record(method, target, f"error {rule.status}")
+        self._record(method, target, f"error {fault.status}")
 
-    def _forward(self, client, incoming, upstream, head, headers, method) -> str:
-        """Relays one request and its response. Returns "open" when the
-        connection may carry the next request, "closed" when the answer was
-        relayed but the connection ends, "lost" when the server went away
-        before answering."""
+    def _forward(self, client, incoming, upstream, head, headers, method,
+                 fault: Fault | None) -> tuple[str, str]:
+        """Relays one request and its answer, doing ``fault`` (cut, lost,
+        flip, delay or None) to them. Returns the connection's state,
+        "open" when it may carry the next request, else "closed", and the
+        outcome for ``seen``."""
+        kind = fault.kind if fault is not None else None
         try:
             upstream.sendall(head)
         except OSError:
-            return "lost"
-        framing, length = _body_framing(headers)
+            return "closed", "unreachable"
+        framing, length = body_framing(headers)
+        # Faults on the request body; chunked bodies are relayed untouched.
+        upload_fault = kind in ("cut", "flip") and framing == "length" and length > 0
+        to_server = _Tamper(upstream.sendall, fault, length) if upload_fault else upstream.sendall
         failure: list[BaseException] = []
 
         def send_body():
             try:
                 if framing == "chunked":
-                    incoming.chunked(upstream.sendall)
+                    incoming.chunked(to_server)
                 else:
-                    incoming.exactly(length, upstream.sendall)
+                    incoming.exactly(length, to_server)
             except BaseException as e:  # noqa: BLE001 - reported to the relaying thread
                 failure.append(e)
                 try:
@@ -358,35 +366,55 @@ class FaultProxy:
         if framing == "chunked" or length:
             sender = threading.Thread(target=send_body, daemon=True)
             sender.start()
-        outgoing = _Stream(upstream)
+        outgoing = Stream(upstream)
         try:
             while True:
                 response_head = outgoing.head()
-                client.sendall(response_head)
-                (_, status, *_), response_headers = _parse_head(response_head)
-                if 100 <= int(status) < 200:
-                    continue
-                if method == "HEAD" or int(status) in (204, 304):
+                (_, status, *_), response_headers = parse_head(response_head)
+                if not 100 <= int(status) < 200:
                     break
-                if "chunked" in response_headers.get("transfer-encoding", "").lower():
-                    outgoing.chunked(client.sendall)
-                elif "content-length" in response_headers:
-                    outgoing.exactly(int(response_headers["content-length"]), client.sendall)
-                else:
-                    outgoing.until_close(client.sendall)
-                    return "closed"
-                break
-        except _Closed:
+                client.sendall(response_head)
+        except Closed:
             if sender is not None:
                 sender.join(5)
-            return "lost"
+            return "closed", "cut" if upload_fault and kind == "cut" else "unreachable"
         if sender is not None:
             sender.join()
-            if failure:
-                return "closed"
+        if upload_fault and kind == "cut":  # the server may have answered early: withheld
+            return "closed", "cut"
+        status = int(status)
+        has_body = method != "HEAD" and status not in (204, 304) and (
+            "chunked" in response_headers.get("transfer-encoding", "").lower()
+            or int(response_headers.get("content-length", "-1")) != 0)
+        answer_length = int(response_headers.get("content-length", "0"))
+        answer_fault = not upload_fault and answer_length > 0 and (
+            kind == "cut" or (kind == "flip" and 200 <= status < 300))
+        if kind == "lost" or (kind == "cut" and not upload_fault and not has_body):
+            return "closed", _OUTCOMES[kind]
+        if kind == "delay":
+            self._stopping.wait(fault.delay_s)
+        client.sendall(response_head)
+        to_client = _Tamper(client.sendall, fault, answer_length) if answer_fault \
+            else client.sendall
+        outcome = _OUTCOMES[kind] if upload_fault or answer_fault or kind == "delay" \
+            else "forwarded"
+        try:
+            if not has_body:
+                pass
+            elif "chunked" in response_headers.get("transfer-encoding", "").lower():
+                outgoing.chunked(client.sendall)
+            elif "content-length" in response_headers:
+                outgoing.exactly(answer_length, to_client)
+            else:
+                outgoing.until_close(client.sendall)
+                return "closed", outcome
+        except _CutHere:
+            return "closed", outcome
+        if failure:
+            return "closed", outcome
         if "close" in response_headers.get("connection", "").lower():
-            return "closed"
-        return "open"
+            return "closed", outcome
+        return "open", outcome
 
 
 @pytest.fixture

@@ -1,0 +1,98 @@
+"""Reading HTTP/1.1 messages off a socket, for the fault proxy
+(s3_fault_proxy.py): message heads, bodies framed by Content-Length or
+chunked, and bodies that run until the connection closes. Bytes are
+handed on as they arrive, so a large upload or download is never held
+whole."""
+
+from __future__ import annotations
+
+import socket
+
+_MAX_HEAD = 64 << 10
+
+
+class Closed(Exception):
+    """The peer closed its connection."""
+
+
+class Stream:
+    """Buffered reads from a socket: lines, exact lengths, chunked bodies."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+
+    def _fill(self) -> None:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise Closed()
+        self.buffer += data
+
+    def head(self) -> bytes:
+        """Bytes up to and including the blank line ending a message head."""
+        while b"\r\n\r\n" not in self.buffer:
+            if len(self.buffer) > _MAX_HEAD:
+                raise ValueError("message head too long")
+            self._fill()
+        end = self.buffer.index(b"\r\n\r\n") + 4
+        head, self.buffer = self.buffer[:end], self.buffer[end:]
+        return head
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            self._fill()
+        end = self.buffer.index(b"\r\n") + 2
+        line, self.buffer = self.buffer[:end], self.buffer[end:]
+        return line
+
+    def exactly(self, size: int, sink) -> None:
+        """Passes the next ``size`` bytes to ``sink`` as they arrive."""
+        while size:
+            if not self.buffer:
+                self._fill()
+            piece, self.buffer = self.buffer[:size], self.buffer[size:]
+            sink(piece)
+            size -= len(piece)
+
+    def until_close(self, sink) -> None:
+        if self.buffer:
+            sink(self.buffer)
+            self.buffer = b""
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                return
+            sink(data)
+
+    def chunked(self, sink) -> None:
+        """Passes a chunked body, framing included, to ``sink``."""
+        while True:
+            size_line = self.line()
+            sink(size_line)
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                while True:  # trailers, then the blank line
+                    trailer = self.line()
+                    sink(trailer)
+                    if trailer == b"\r\n":
+                        return
+            self.exactly(size + 2, sink)
+
+
+def parse_head(head: bytes) -> tuple[list[str], dict[str, str]]:
+    """The first line's words and the headers (names in lower case)."""
+    lines = head.decode("latin-1").split("\r\n")
+    first = lines[0].split(" ")
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    return first, headers
+
+
+def body_framing(headers: dict[str, str]) -> tuple[str, int]:
+    """("chunked", 0) or ("length", the Content-Length, 0 when absent)."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return "chunked", 0
+    return "length", int(headers.get("content-length", "0"))
