@@ -16,6 +16,7 @@ import pytest
 import shardkeep as sk
 from conftest import assert_same_bits
 from shardkeep import _core
+from s3_fault_proxy import Fault
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
 # Larger than two of the backend's 8 MiB upload parts, so that a data file
@@ -281,3 +282,21 @@ def test_errors_that_persist_fail_the_save_within_the_timeout(s3, s3_proxy):
     assert s3_proxy.injected() > 1  # retried before giving up
     assert s3.open_uploads() == []
     assert not _committed(s3, "slow/")
+
+
+@pytest.mark.parametrize("fault", [Fault("lost"), Fault("cut", at=0.5)], ids=["lost", "cut"])
+def test_an_upload_created_for_an_answer_that_never_arrived_is_not_left_open(
+        s3, s3_proxy, fault):
+    # The server creates the multipart upload, but its answer (the upload's
+    # id) never reaches the client, which asks again and gets another. The
+    # save commits with the second; the first, whose id shardkeep never
+    # learned, must not stay open (its parts are stored and billed), nor
+    # survive `shardkeep gc`, which removes nothing under a committed
+    # checkpoint. Found by the chaos suite (test_chaos.py).
+    s3.expect_open_uploads = True  # checked below, where a failure says more
+    s3_proxy.inject(fault, method="POST", query="uploads")
+    url = s3.url("orphan/ckpt")
+    sk.save(url, _big_state(), options=_through(s3_proxy, s3, io_threads=1))
+    assert s3_proxy.tally()[fault.kind] == 1, s3_proxy.seen
+    assert_same_bits(sk.load(url)["w"], _big_state()["w"])
+    assert s3.open_uploads() == []
