@@ -1,0 +1,86 @@
+"""The chaos suite's small runs (docs/S3.md, "Chaos suite"): saves, loads,
+a CheckpointManager with keep_last, `shardkeep cp` and `shardkeep gc`
+through a proxy injecting seeded random faults, then the checks of
+chaos_workload.py with the faults off. Each case fixes its seed, so a
+failure replays; scripts/chaos_run.py runs the same workload longer."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import sys
+
+import pytest
+
+import chaos_states
+import shardkeep as sk
+from chaos_workload import ChaosRun
+from s3_chaos import TRANSIENT, RandomFaults
+
+ROUNDS = 6
+MAX_DELAY_S = 0.5
+
+
+def _cli() -> str:
+    tool = pathlib.Path(sys.executable).with_name("shardkeep")
+    if not tool.exists():
+        pytest.fail(f"the shardkeep command-line tool is not installed beside {sys.executable}"
+                    " (pip install --no-build-isolation . installs it)", pytrace=False)
+    return str(tool)
+
+
+def _through(proxy, s3) -> sk.S3Settings:
+    return dataclasses.replace(s3.settings, endpoint_url=proxy.endpoint_url)
+
+
+@pytest.mark.parametrize("seed, rates, timeout_s", [
+    # Errors, resets, cut bodies, lost answers and delays: most operations
+    # ride through by retrying, some run out of time and raise.
+    pytest.param(11, TRANSIENT, 2.0, id="transient"),
+    # Stored bytes read back wrong: a load raises CorruptionError.
+    pytest.param(12, {"flip_get": 0.25}, 4.0, id="flipped-reads"),
+    # Bytes stored wrong: the store must refuse them (Content-MD5), or the
+    # save must not commit them.
+    pytest.param(13, {"flip_put": 0.25}, 4.0, id="flipped-uploads"),
+])
+def test_chaos(s3, s3_proxy, seed, rates, timeout_s):
+    s3.expect_open_uploads = True  # the run counts them among its leftovers
+    env = dict(os.environ)  # the s3 fixture's: the server itself, the test keys
+    run = ChaosRun(proxy=s3_proxy, plan=RandomFaults(seed, rates, max_delay_s=MAX_DELAY_S),
+                   client=s3.client, bucket=s3.name, faulty=_through(s3_proxy, s3),
+                   direct=s3.settings, cli=_cli(),
+                   env={**env, "AWS_ENDPOINT_URL": s3_proxy.endpoint_url}, env_direct=env,
+                   seed=seed, timeout_s=timeout_s,
+                   io_threads=1)  # one writer: the same requests every run
+    figures = run.run(rounds=ROUNDS)
+    print(figures.report())
+    assert sum(figures.faults.values()) > 0, figures.report()
+    assert not figures.problems(), figures.report()
+
+
+def test_loads_of_metadata_with_a_flipped_bit_raise_or_are_exact(s3, s3_proxy):
+    # Most flips in a checkpointable's meta.json break its JSON; those in
+    # a scalar's digits, a string or a key change the values it describes,
+    # which a load must notice all the same. Each answer has one bit
+    # flipped, at a different place every load.
+    state = chaos_states.build("plain", 5)
+    url = s3.url("flipped-metadata")
+    sk.save(url, state)
+    s3_proxy.chaos(RandomFaults(21, {"flip_get": 1.0}, paths=r"/meta\.json$"))
+    options = sk.Options(s3=_through(s3_proxy, s3), timeout_s=10.0)
+    outcomes, wrong = [], []
+    for _ in range(300):
+        try:
+            difference = chaos_states.difference(sk.load(url, options=options), state)
+        except sk.ShardkeepError as e:
+            outcomes.append(type(e).__name__)
+            continue
+        outcomes.append("exact" if difference is None else "wrong")
+        if difference is not None:
+            wrong.append(difference)
+    s3_proxy.chaos(None)
+    assert s3_proxy.tally()["flipped"] == 300
+    assert wrong == [], (f"{len(wrong)} of 300 loads returned wrong values "
+                         f"({ {o: outcomes.count(o) for o in set(outcomes)} }):\n" +
+                         "\n".join(wrong))
