@@ -4,12 +4,12 @@ request meets at most one fault, drawn with a probability per kind.
 A draw depends on the request, not on the order requests arrive in: it is
 seeded by the run's seed, the request's identity (method, key, query
 parameter names, part number and listing prefix, Range; generation ids
-masked, the bucket left out) and
-how many times that identity came before, so that a retry draws anew. A
-replay with the same seed therefore makes the same decisions for the same
-requests however the client's threads interleave; which requests a run
-makes can still vary with timing (a retry after a slow answer, which
-writer thread stores which chunk).
+masked, the bucket left out) and how many times that identity came
+before, so that a retry draws anew. A replay with the same seed therefore
+makes the same decisions for the same requests however the client's
+threads interleave; which requests a run makes can still vary with
+timing (a timeout cutting retries short, which writer thread stores which
+chunk).
 """
 
 from __future__ import annotations
