@@ -101,7 +101,8 @@ def main() -> int:
                       f"timeout_s {args.timeout}", flush=True)
                 start = time.monotonic()
                 run = ChaosRun(proxy=proxy,
-                               plan=RandomFaults(args.seed, rates, max_delay_s=args.max_delay),
+                               plan=RandomFaults(args.seed, rates, max_delay_s=args.max_delay,
+                                                 stall_s=2 * args.timeout),
                                client=server.client(), bucket=BUCKET, faulty=faulty,
                                direct=direct, cli=str(cli),
                                env={**env, "AWS_ENDPOINT_URL": proxy.endpoint_url},

@@ -24,11 +24,13 @@ import urllib.parse
 from s3_fault_proxy import Fault
 
 # Fault kinds a plan draws from, and the requests each applies to.
-KINDS = ("slowdown", "internal", "drop", "cut", "lost", "flip_get", "flip_put", "delay")
+KINDS = ("slowdown", "internal", "drop", "cut", "lost", "flip_get", "flip_put", "delay",
+         "stall")
 # The faults a retrying client rides through, at rates where 4 requests in
-# 10 meet one: most operations succeed after retries, some run out of time.
+# 10 meet one, and a few stalls that outlast the operations' timeout_s:
+# most operations succeed after retries, some run out of time and raise.
 TRANSIENT = {"slowdown": 0.08, "internal": 0.06, "drop": 0.06, "cut": 0.06, "lost": 0.06,
-             "delay": 0.1}
+             "delay": 0.1, "stall": 0.01}
 # And bits flipped in stored and read bytes, which only checksums catch.
 ALL_KINDS = {**TRANSIENT, "flip_get": 0.03, "flip_put": 0.03}
 
@@ -51,12 +53,14 @@ def _applies(kind: str, method: str, path: str, has_body: bool) -> bool:
 class RandomFaults:
     """A seeded plan: ``rates`` maps kinds of KINDS to the probability that
     a request they apply to meets them (the rates a request can meet sum to
-    at most 1). Delays are drawn uniformly up to ``max_delay_s``. With
+    at most 1). Delays are drawn uniformly up to ``max_delay_s``; a stall
+    holds the answer ``stall_s``, to be longer than the operations'
+    timeout_s (the CLI, which takes no timeout, waits it out). With
     ``paths`` (a regular expression), only requests whose path it matches
     meet faults."""
 
     def __init__(self, seed: int, rates: dict[str, float], max_delay_s: float = 1.0,
-                 paths: str | None = None):
+                 stall_s: float = 8.0, paths: str | None = None):
         unknown = set(rates) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {KINDS}")
@@ -65,6 +69,7 @@ class RandomFaults:
         self.seed = seed
         self.rates = dict(rates)
         self.max_delay_s = max_delay_s
+        self.stall_s = stall_s
         self.paths = re.compile(paths) if paths is not None else None
         self._lock = threading.Lock()
         self._occurrences: collections.Counter[str] = collections.Counter()
@@ -91,15 +96,16 @@ class RandomFaults:
                 continue
             draw -= self.rates.get(kind, 0.0)
             if draw < 0:
-                return _fault(kind, at, delay)
+                return self._fault(kind, at, delay)
         return None
 
-
-def _fault(kind: str, at: float, delay_s: float) -> Fault:
-    if kind == "slowdown":
-        return Fault("error", status=503, code="SlowDown")
-    if kind == "internal":
-        return Fault("error", status=500, code="InternalError")
-    if kind.startswith("flip"):
-        return Fault("flip", at=at)
-    return Fault(kind, at=at, delay_s=delay_s)
+    def _fault(self, kind: str, at: float, delay_s: float) -> Fault:
+        if kind == "slowdown":
+            return Fault("error", status=503, code="SlowDown")
+        if kind == "internal":
+            return Fault("error", status=500, code="InternalError")
+        if kind.startswith("flip"):
+            return Fault("flip", at=at)
+        if kind == "stall":
+            return Fault("delay", delay_s=self.stall_s)
+        return Fault(kind, at=at, delay_s=delay_s)

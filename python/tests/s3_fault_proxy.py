@@ -19,7 +19,8 @@ fault (``Fault.kind``) is one of:
   connection closes before the answer does;
 * ``flip``: one bit flips in an upload's body on its way to the server,
   or else in a 2xx answer's body on its way to the client;
-* ``delay``: the server's answer is held back ``delay_s`` seconds;
+* ``delay``: the server's answer is held back ``delay_s`` seconds, or
+  until the client gives up and closes the connection;
 * ``hold``: the request is parked until ``release``, to act on the
   server while a save is in flight.
 
@@ -37,8 +38,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import select
 import socket
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -86,7 +89,7 @@ class Seen:
     method: str
     target: str
     outcome: str  # "forwarded", "error 503", "dropped", "cut", "lost", "flipped",
-                  # "delayed", "unreachable"
+                  # "delayed", "stalled" (the client gave up waiting), "unreachable"
 
 
 class _CutHere(Exception):
@@ -329,6 +332,21 @@ class FaultProxy:
         client.sendall(response)
         self._record(method, target, f"error {fault.status}")
 
+    def _hold_back(self, client: socket.socket, seconds: float) -> bool:
+        """Waits ``seconds``; False as soon as the client closes its
+        connection (it gave up waiting) or the proxy closes."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            readable, _, _ = select.select([client], [], [], min(left, 0.2))
+            if readable and not client.recv(1, socket.MSG_PEEK):
+                return False
+            if readable:  # the client sent more (it never should): just wait
+                self._stopping.wait(min(left, 0.2))
+        return False
+
     def _forward(self, client, incoming, upstream, head, headers, method,
                  fault: Fault | None) -> tuple[str, str]:
         """Relays one request and its answer, doing ``fault`` (cut, lost,
@@ -391,8 +409,8 @@ class FaultProxy:
             kind == "cut" or (kind == "flip" and 200 <= status < 300))
         if kind == "lost" or (kind == "cut" and not upload_fault and not has_body):
             return "closed", _OUTCOMES[kind]
-        if kind == "delay":
-            self._stopping.wait(fault.delay_s)
+        if kind == "delay" and not self._hold_back(client, fault.delay_s):
+            return "closed", "stalled"
         client.sendall(response_head)
         to_client = _Tamper(client.sendall, fault, answer_length) if answer_fault \
             else client.sendall

@@ -47,7 +47,8 @@ def _through(proxy, s3) -> sk.S3Settings:
 def test_chaos(s3, s3_proxy, seed, rates, timeout_s):
     s3.expect_open_uploads = True  # the run counts them among its leftovers
     env = dict(os.environ)  # the s3 fixture's: the server itself, the test keys
-    run = ChaosRun(proxy=s3_proxy, plan=RandomFaults(seed, rates, max_delay_s=MAX_DELAY_S),
+    plan = RandomFaults(seed, rates, max_delay_s=MAX_DELAY_S, stall_s=2 * timeout_s)
+    run = ChaosRun(proxy=s3_proxy, plan=plan,
                    client=s3.client, bucket=s3.name, faulty=_through(s3_proxy, s3),
                    direct=s3.settings, cli=_cli(),
                    env={**env, "AWS_ENDPOINT_URL": s3_proxy.endpoint_url}, env_direct=env,
