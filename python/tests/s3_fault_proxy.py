@@ -46,7 +46,7 @@ import urllib.parse
 
 import pytest
 
-from s3_http import Closed, Stream, body_framing, parse_head
+from s3_http import Closed, CutHere, Stream, Tamper, body_framing, parse_head
 
 _ERROR_BODY = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
                '<Message>{message}</Message><Resource>{resource}</Resource>'
@@ -90,35 +90,6 @@ class Seen:
     target: str
     outcome: str  # "forwarded", "error 503", "dropped", "cut", "lost", "flipped",
                   # "delayed", "stalled" (the client gave up waiting), "unreachable"
-
-
-class _CutHere(Exception):
-    """A body reached the length a cut lets through."""
-
-
-class _Tamper:
-    """Passes a body on to ``sink`` with one bit flipped, or only its first
-    ``offset`` bytes and then raises _CutHere."""
-
-    def __init__(self, sink, fault: Fault, length: int):
-        self.sink = sink
-        self.cut = fault.kind == "cut"
-        position = min(int(fault.at * length * 8), length * 8 - 1)
-        self.offset, self.bit = divmod(position, 8)
-        self.passed = 0
-
-    def __call__(self, piece: bytes) -> None:
-        start = self.passed
-        self.passed += len(piece)
-        if self.cut and self.passed > self.offset:
-            if self.offset > start:
-                self.sink(piece[:self.offset - start])
-            raise _CutHere()
-        if not self.cut and start <= self.offset < self.passed:
-            flipped = bytearray(piece)
-            flipped[self.offset - start] ^= 1 << self.bit
-            piece = bytes(flipped)
-        self.sink(piece)
 
 
 class FaultProxy:
@@ -361,7 +332,8 @@ class FaultProxy:
         framing, length = body_framing(headers)
         # Faults on the request body; chunked bodies are relayed untouched.
         upload_fault = kind in ("cut", "flip") and framing == "length" and length > 0
-        to_server = _Tamper(upstream.sendall, fault, length) if upload_fault else upstream.sendall
+        to_server = Tamper(upstream.sendall, kind == "cut", fault.at, length) \
+            if upload_fault else upstream.sendall
         failure: list[BaseException] = []
 
         def send_body():
@@ -412,8 +384,8 @@ class FaultProxy:
         if kind == "delay" and not self._hold_back(client, fault.delay_s):
             return "closed", "stalled"
         client.sendall(response_head)
-        to_client = _Tamper(client.sendall, fault, answer_length) if answer_fault \
-            else client.sendall
+        to_client = Tamper(client.sendall, kind == "cut", fault.at, answer_length) \
+            if answer_fault else client.sendall
         outcome = _OUTCOMES[kind] if upload_fault or answer_fault or kind == "delay" \
             else "forwarded"
         try:
@@ -426,7 +398,7 @@ class FaultProxy:
             else:
                 outgoing.until_close(client.sendall)
                 return "closed", outcome
-        except _CutHere:
+        except CutHere:
             return "closed", outcome
         if failure:
             return "closed", outcome

@@ -1,8 +1,8 @@
-"""Reading HTTP/1.1 messages off a socket, for the fault proxy
-(s3_fault_proxy.py): message heads, bodies framed by Content-Length or
-chunked, and bodies that run until the connection closes. Bytes are
-handed on as they arrive, so a large upload or download is never held
-whole."""
+"""HTTP/1.1 messages on a socket, for the fault proxy (s3_fault_proxy.py):
+reading message heads, bodies framed by Content-Length or chunked, and
+bodies that run until the connection closes; and passing a body on with
+a bit flipped or cut short. Bytes are handed on as they arrive, so a
+large upload or download is never held whole."""
 
 from __future__ import annotations
 
@@ -96,3 +96,32 @@ def body_framing(headers: dict[str, str]) -> tuple[str, int]:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         return "chunked", 0
     return "length", int(headers.get("content-length", "0"))
+
+
+class CutHere(Exception):
+    """A body reached the length a cut lets through."""
+
+
+class Tamper:
+    """A sink that passes a body of ``length`` bytes on to ``sink`` with one
+    bit flipped, or with ``cut`` only its first bytes, then raises CutHere.
+    Either lands at the fraction ``at`` of the body."""
+
+    def __init__(self, sink, cut: bool, at: float, length: int):
+        self.sink = sink
+        self.cut = cut
+        self.offset, self.bit = divmod(min(int(at * length * 8), length * 8 - 1), 8)
+        self.passed = 0
+
+    def __call__(self, piece: bytes) -> None:
+        start = self.passed
+        self.passed += len(piece)
+        if self.cut and self.passed > self.offset:
+            if self.offset > start:
+                self.sink(piece[:self.offset - start])
+            raise CutHere()
+        if not self.cut and start <= self.offset < self.passed:
+            flipped = bytearray(piece)
+            flipped[self.offset - start] ^= 1 << self.bit
+            piece = bytes(flipped)
+        self.sink(piece)
