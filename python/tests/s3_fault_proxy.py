@@ -24,7 +24,8 @@ fault (``Fault.kind``) is one of:
 * ``hold``: the request is parked until ``release``, to act on the
   server while a save is in flight.
 
-A cut or a flip lands at the fraction ``at`` of the body's length. When
+A cut or a flip lands at the fraction ``at`` of the body's length, or at
+byte ``offset`` (a flip there turns its lowest bit). When
 the server cannot be reached, the proxy drops the client's connection, as
 a dead server would. ``seen`` records each request and what was done to
 it.
@@ -66,6 +67,7 @@ class Fault:
     status: int = 503            # error
     code: str = "SlowDown"       # error
     at: float = 0.5              # cut, flip: where in the body, a fraction of its length
+    offset: int | None = None    # cut, flip: where in the body, a byte (instead of ``at``)
     delay_s: float = 0.0         # delay
 
 
@@ -76,10 +78,12 @@ class _Rule:
     method: str | None
     query: str | None            # a query parameter the request must carry
     after: int = 0               # matching requests to let through first
+    path: str | None = None      # text the request's path must end with
 
-    def matches(self, method: str, params: dict) -> bool:
+    def matches(self, method: str, params: dict, path: str) -> bool:
         return ((self.method is None or self.method == method) and
-                (self.query is None or self.query in params))
+                (self.query is None or self.query in params) and
+                (self.path is None or path.endswith(self.path)))
 
 
 @dataclasses.dataclass
@@ -121,13 +125,14 @@ class FaultProxy:
     # -- arming ------------------------------------------------------------
 
     def inject(self, fault: Fault, count: int = 1, *, method: str | None = None,
-               query: str | None = None, after: int = 0) -> None:
-        """Does ``fault`` to ``count`` matching requests, after letting the
-        first ``after`` of them through."""
+               query: str | None = None, path: str | None = None, after: int = 0) -> None:
+        """Does ``fault`` to ``count`` matching requests (``path``: those
+        whose path ends so), after letting the first ``after`` of them
+        through."""
         with self._lock:
             if fault.kind == "hold":
                 self._released.clear()
-            self._rules.append(_Rule(fault, count, method, query, after))
+            self._rules.append(_Rule(fault, count, method, query, after, path))
 
     def fail(self, count: int = 1, *, status: int = 503, code: str = "SlowDown",
              method: str | None = None, query: str | None = None, after: int = 0) -> None:
@@ -141,11 +146,14 @@ class FaultProxy:
         after reading their head (and part of their body)."""
         self.inject(Fault("drop"), count, method=method, query=query)
 
-    def flip(self, count: int = 1, *, method: str | None = None, query: str | None = None,
-             at: float = 0.5) -> None:
-        """Flips a bit of the next ``count`` matching uploads' bodies (or,
-        for requests without one, of their 2xx answers' bodies)."""
-        self.inject(Fault("flip", at=at), count, method=method, query=query)
+    def flip(self, count: int = 1, *, offset: int | None = None, at: float = 0.5,
+             method: str | None = None, query: str | None = None, path: str | None = None,
+             after: int = 0) -> None:
+        """Flips a bit of the body of ``count`` matching uploads (or, for
+        requests without one, of their 2xx answers), at byte ``offset`` or
+        else at the fraction ``at`` of the body."""
+        self.inject(Fault("flip", at=at, offset=offset), count, method=method, query=query,
+                    path=path, after=after)
 
     def hold(self, count: int = 1, *, method: str | None = None,
              query: str | None = None) -> None:
@@ -220,11 +228,11 @@ class FaultProxy:
             pass
 
     def _choose(self, method: str, target: str, headers: dict) -> Fault | None:
-        params = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query,
-                                       keep_blank_values=True)
+        parts = urllib.parse.urlsplit(target)
+        params = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
         with self._lock:
             for rule in self._rules:
-                if rule.count > 0 and rule.matches(method, params):
+                if rule.count > 0 and rule.matches(method, params, parts.path):
                     if rule.after > 0:
                         rule.after -= 1
                         return None
@@ -332,8 +340,8 @@ class FaultProxy:
         framing, length = body_framing(headers)
         # Faults on the request body; chunked bodies are relayed untouched.
         upload_fault = kind in ("cut", "flip") and framing == "length" and length > 0
-        to_server = Tamper(upstream.sendall, kind == "cut", fault.at, length) \
-            if upload_fault else upstream.sendall
+        to_server = Tamper(upstream.sendall, fault, length) if upload_fault \
+            else upstream.sendall
         failure: list[BaseException] = []
 
         def send_body():
@@ -384,8 +392,8 @@ class FaultProxy:
         if kind == "delay" and not self._hold_back(client, fault.delay_s):
             return "closed", "stalled"
         client.sendall(response_head)
-        to_client = Tamper(client.sendall, kind == "cut", fault.at, answer_length) \
-            if answer_fault else client.sendall
+        to_client = Tamper(client.sendall, fault, answer_length) if answer_fault \
+            else client.sendall
         outcome = _OUTCOMES[kind] if upload_fault or answer_fault or kind == "delay" \
             else "forwarded"
         try:

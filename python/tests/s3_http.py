@@ -104,13 +104,17 @@ class CutHere(Exception):
 
 class Tamper:
     """A sink that passes a body of ``length`` bytes on to ``sink`` with one
-    bit flipped, or with ``cut`` only its first bytes, then raises CutHere.
-    Either lands at the fraction ``at`` of the body."""
+    bit flipped, or cut short (its first bytes, then CutHere), as ``fault``
+    (s3_fault_proxy.Fault: kind "flip" or "cut", ``offset`` or ``at``)
+    says."""
 
-    def __init__(self, sink, cut: bool, at: float, length: int):
+    def __init__(self, sink, fault, length: int):
         self.sink = sink
-        self.cut = cut
-        self.offset, self.bit = divmod(min(int(at * length * 8), length * 8 - 1), 8)
+        self.cut = fault.kind == "cut"
+        if fault.offset is not None:
+            self.offset, self.bit = fault.offset, 0
+        else:
+            self.offset, self.bit = divmod(min(int(fault.at * length * 8), length * 8 - 1), 8)
         self.passed = 0
 
     def __call__(self, piece: bytes) -> None:

@@ -11,12 +11,17 @@ import os
 import pathlib
 import sys
 
+import boto3
+import botocore.config
+import botocore.exceptions
 import pytest
 
 import chaos_states
 import shardkeep as sk
 from chaos_workload import ChaosRun
 from s3_chaos import TRANSIENT, RandomFaults
+from s3_fault_proxy import Fault
+from s3_server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
 
 ROUNDS = 6
 MAX_DELAY_S = 0.5
@@ -85,3 +90,41 @@ def test_loads_of_metadata_with_a_flipped_bit_raise_or_are_exact(s3, s3_proxy):
     assert wrong == [], (f"{len(wrong)} of 300 loads returned wrong values "
                          f"({ {o: outcomes.count(o) for o in set(outcomes)} }):\n" +
                          "\n".join(wrong))
+
+
+def test_the_proxy_damages_bodies_where_it_is_told(s3, s3_proxy):
+    # The suite's verdicts rest on the proxy doing what its faults say.
+    # boto3 through the proxy, sending no checksums of its own, so that the
+    # server stores what reaches it.
+    client = boto3.client(
+        "s3", endpoint_url=s3_proxy.endpoint_url, region_name=REGION,
+        aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY,
+        config=botocore.config.Config(
+            s3={"addressing_style": "path"}, retries={"total_max_attempts": 1},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required"))
+    s3_proxy.flip(method="PUT", path="/up", offset=1)
+    client.put_object(Bucket=s3.name, Key="up", Body=b"hello")
+    assert s3.get("up") == b"hdllo"  # 'e' with its lowest bit turned
+
+    s3.client.put_object(Bucket=s3.name, Key="down", Body=bytes(100))
+    s3_proxy.flip(method="GET", path="/down", at=0.5)
+    assert client.get_object(Bucket=s3.name, Key="down")["Body"].read() == (
+        bytes(50) + b"\x01" + bytes(49))
+    assert s3.get("down") == bytes(100)  # stored intact
+
+    s3_proxy.inject(Fault("cut", at=0.3), method="GET", path="/down")
+    with pytest.raises(botocore.exceptions.BotoCoreError):
+        client.get_object(Bucket=s3.name, Key="down")["Body"].read()
+
+    s3_proxy.inject(Fault("lost"), method="PUT", path="/lost")
+    with pytest.raises(botocore.exceptions.BotoCoreError):
+        client.put_object(Bucket=s3.name, Key="lost", Body=b"applied")
+    assert s3.get("lost") == b"applied"  # the server took it; its answer never came
+
+    s3_proxy.inject(Fault("cut", at=0.5), method="PUT", path="/half")
+    with pytest.raises(botocore.exceptions.BotoCoreError):
+        client.put_object(Bucket=s3.name, Key="half", Body=bytes(1 << 16))
+    assert "half" not in s3.keys()  # an upload cut short is not stored
+    assert [s.outcome for s in s3_proxy.seen] == [
+        "flipped", "flipped", "cut", "lost", "cut"]
