@@ -86,7 +86,7 @@ def test_loads_of_metadata_with_a_flipped_bit_raise_or_are_exact(s3, s3_proxy):
         if difference is not None:
             wrong.append(difference)
     s3_proxy.chaos(None)
-    assert s3_proxy.tally()["flipped"] == 300
+    assert s3_proxy.tally()["flipped"] >= 300  # a reader may ask again after a mismatch
     assert wrong == [], (f"{len(wrong)} of 300 loads returned wrong values "
                          f"({ {o: outcomes.count(o) for o in set(outcomes)} }):\n" +
                          "\n".join(wrong))
