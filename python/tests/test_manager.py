@@ -375,7 +375,8 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path, storage_faults, backend):
         # temporary folder after the failure fails too (as on a full or
         # failing disk), so only the manager can clean up.
         storage_faults([("Append", "", 1, 1, "fail", 0),
-                        ("DeleteRecursive", r"000000002\.shardkeep-tmp$", 2, -1, "fail", 0)])
+                        ("DeleteRecursive", r"000000002\.shardkeep-tmp$", 2, -1, "fail", 0),
+                        ("Rename", r"000000002\.shardkeep-tmp$", 1, -1, "fail", 0)])
         mgr.save(2, state(2))
         with pytest.raises(sk.StorageError, match="saving step 2 .*injected failure of Append"):
             mgr.wait()

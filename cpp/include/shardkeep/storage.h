@@ -96,7 +96,10 @@ class Storage {
   // commit protocol writes inside the temporary checkpoint folder).
   virtual Status WriteAll(const std::string& path, std::string_view data,
                           bool sync) = 0;
-  // Creates (or truncates) `path` for appending.
+  // Creates `path` for appending: AlreadyExists when it exists, changing
+  // nothing. Create-only because data files are hard-linked into several
+  // checkpoints and mapped into live arrays: a write that truncated one
+  // would corrupt checkpoints and arrays that share it.
   virtual Result<std::unique_ptr<WritableFile>> OpenForAppend(
       const std::string& path) = 0;
 

@@ -269,7 +269,10 @@ class CheckpointCopy {
 
   Status Commit() {
     const std::string record = DestinationRecord();
-    if (!target_.renames()) return target_.Commit(record, options_.force);
+    std::vector<std::string> files;
+    for (const FileCopy& file : files_) files.push_back(file.relative);
+    if (!target_.renames()) return target_.Commit(record, options_.force, files);
+    files.push_back(format::kCommitFileName);
     const std::string& tmp = target_.folder();
     SK_RETURN_IF_ERROR(
         to_->WriteAll(tmp + "/" + format::kCommitFileName, record, /*sync=*/true));
@@ -284,7 +287,7 @@ class CheckpointCopy {
       }
     }
     for (const std::string& dir : dirs) SK_RETURN_IF_ERROR(to_->SyncDir(dir));
-    return target_.Commit(record, options_.force);
+    return target_.Commit(record, options_.force, files);
   }
 
   std::shared_ptr<Storage> from_;
