@@ -590,13 +590,17 @@ class CheckpointManager:
             return
         logger.info("step %d committed, %.2f s after its save started", job.step,
                     time.monotonic() - job.started)
+        refused = None
         with self._lock:
             self._record_version += 1  # also covers the deletions below
             self._steps[job.step] = job.metrics
             self._created_ns[job.step] = job.future.created_ns() or 0
             self._started_times[job.step] = job.started_time
             self._names[job.step] = job.name
-            dropped = preservation.steps_to_delete(self._committed(), self._preservation)
+            try:
+                dropped = preservation.steps_to_delete(self._committed(), self._preservation)
+            except Exception as e:  # noqa: BLE001 - the policy's: raised on the next call
+                dropped, refused = [], e
             deletions = []
             for step in dropped:
                 del self._steps[step]
@@ -607,6 +611,9 @@ class CheckpointManager:
                     self._deferred[step] = name
                 else:
                     deletions.append(_Delete(step, name))
+        if refused is not None:
+            self._record_error(f"the preservation policy failed once step {job.step} had"
+                               " committed; no step was deleted", refused)
         if job.base is not None:
             self._release(job.base)
         job.observed.set()
