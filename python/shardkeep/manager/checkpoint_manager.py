@@ -69,7 +69,7 @@ from ..saving import staging_pool
 from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
 from ..loading.load import load
 from .preemption import PreemptionWatch
-from ..saving.save import SaveFuture, prepare_staging, save_checkpointables_async
+from ..saving.save import SaveFuture, prepare_staging, start_save
 
 logger = logging.getLogger("shardkeep")
 
@@ -336,9 +336,9 @@ class CheckpointManager:
         started_time = policy_info.time_of_seconds(self._clock())
         base = self._hold_base()
         try:
-            future = save_checkpointables_async(
-                _join(self._root, name), items, metrics=metrics, step=step,
-                options=self._options,
+            future = start_save(
+                _join(self._root, name), items, asynchronous=self._async, metrics=metrics,
+                step=step, options=self._options,
                 base=None if base is None else _join(self._root, self._names[base]))
         except Exception:
             self._note_leftover(name)
