@@ -285,7 +285,7 @@ class FailedFuture:
 
 
 def test_a_failed_background_save_raises_on_the_next_save(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(manager_lib, "save_checkpointables_async",
+    monkeypatch.setattr(manager_lib, "start_save",
                         lambda path, *a, **k: FailedFuture(path))
     mgr = sk.CheckpointManager(tmp_path, save_interval_steps=10)
     with caplog.at_level(logging.ERROR, logger="shardkeep"):
@@ -301,7 +301,7 @@ def test_a_failed_background_save_raises_on_the_next_save(tmp_path, monkeypatch,
 
 
 def test_a_failed_background_save_raises_on_wait_and_close(tmp_path, monkeypatch):
-    monkeypatch.setattr(manager_lib, "save_checkpointables_async",
+    monkeypatch.setattr(manager_lib, "start_save",
                         lambda path, *a, **k: FailedFuture(path))
     mgr = sk.CheckpointManager(tmp_path)
     mgr.save(1, state(1))
@@ -410,7 +410,7 @@ def test_the_manager_removes_the_leftover_of_a_failed_start(tmp_path, storage_fa
 
 
 def test_close_is_idempotent_and_the_context_keeps_the_first_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(manager_lib, "save_checkpointables_async",
+    monkeypatch.setattr(manager_lib, "start_save",
                         lambda path, *a, **k: FailedFuture(path))
     with pytest.raises(KeyError):
         with sk.CheckpointManager(tmp_path) as mgr:
