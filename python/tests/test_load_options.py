@@ -91,6 +91,24 @@ def test_scalar_leaves_are_cast_by_the_rule_arrays_are(ckpt):
         sk.load(ckpt, {**narrower, "b": np.int32(0)}, options=sk.Options(allow_lossy_cast=True))
 
 
+def test_weakly_typed_scalar_targets_take_python_numbers_as_jax_does(ckpt):
+    # jax.eval_shape makes weakly typed int32/float32 targets of a state's
+    # Python numbers (a train state's step): those take the stored int64 and
+    # float64 as JAX takes Python numbers, a float rounded, an int if it fits.
+    sk.save(ckpt, {"step": 7, "lr": 0.1, "big": 2**40, "huge": 1e300})
+    target = jax.eval_shape(lambda: {"step": 0, "lr": 0.0, "big": 0, "huge": 0.0})
+    assert target["step"].weak_type and target["step"].dtype == jnp.int32
+    out = sk.load(ckpt, {**target, "big": np.int64(0), "huge": np.float64(0)})
+    assert out["step"].dtype == jnp.int32 and out["step"] == 7
+    assert out["lr"].dtype == jnp.float32 and out["lr"] == np.float32(0.1)
+    # What JAX itself refuses of a Python number (an int that does not fit, a
+    # float that overflows) falls back to the rule arrays follow.
+    with pytest.raises(sk.IncompatibleError, match=r"'big'.*cannot cast int64 to int32"):
+        sk.load(ckpt, {**target, "huge": np.float64(0)})
+    with pytest.raises(sk.IncompatibleError, match=r"'huge'.*cannot cast float64 to float32"):
+        sk.load(ckpt, {**target, "big": np.int64(0)})
+
+
 def test_lossless_casts(ckpt):
     bf = jnp.asarray([1.5, -2.25, 3e38], jnp.bfloat16)
     ints = np.asarray([-32768, 0, 32767], np.int16)

@@ -62,6 +62,7 @@ def main(control: str) -> int:
             rounds.write(outcome.replace("\n", " ") + "\n")
             rounds.flush()
             use_gc = not use_gc
+            time.sleep(0.05)  # dozens of rounds per trial; the writer needs the cores
 
 
 if __name__ == "__main__":

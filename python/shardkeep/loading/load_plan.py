@@ -250,11 +250,25 @@ def _plan_scalar(where: str, saved: dict, target: Any, allow_lossy_cast: bool) -
         return LeafPlan(path, Finish.VALUE, value=value)
     _check_target_shape(where, path, (), target)
     dtype = np.dtype(target.dtype)
-    # The core's rule for casts, the one its reader applies to arrays.
-    _core.check_cast(saved["dtype"], dtypes.name_of(dtype), allow_lossy_cast,
-                     f"{where}: leaf {path!r}")
-    host = np.asarray(value, dtypes.from_name(saved["dtype"])).astype(dtype)
+    stored = np.asarray(value, dtypes.from_name(saved["dtype"]))
+    with np.errstate(over="ignore"):  # an overflow is judged below, not warned about
+        host = stored.astype(dtype)
+    if not (getattr(target, "weak_type", False) and _as_jax_takes_it(stored, host)):
+        # The core's rule for casts, the one its reader applies to arrays.
+        _core.check_cast(saved["dtype"], dtypes.name_of(dtype), allow_lossy_cast,
+                         f"{where}: leaf {path!r}")
     return LeafPlan(path, Finish.DELIVER, value=host, target=target)
+
+
+def _as_jax_takes_it(stored: np.ndarray, cast: np.ndarray) -> bool:
+    """Whether a weakly typed target (what ``jax.eval_shape`` makes of a
+    Python number, a train state's ``step=0`` say) takes ``stored`` as JAX
+    takes a Python number into that dtype: a float rounds, but must not
+    overflow; an int must fit. A stored scalar is a Python number too, so
+    that is the rule its user already lives with."""
+    if np.issubdtype(cast.dtype, np.inexact):
+        return bool(np.isfinite(cast).all()) or not bool(np.isfinite(stored).all())
+    return bool((cast.astype(stored.dtype) == stored).all())
 
 
 def _decode_scalar(saved: dict):
