@@ -289,7 +289,18 @@ std::optional<std::string> CommitTarget::data_folder() const {
 Status CommitTarget::Prepare(bool force, const std::string& force_hint) {
   SK_RETURN_IF_ERROR(CheckCommitTarget(storage_, path_, force, !renames_, force_hint)
                          .WithContext(context_));
-  if (renames_) {
+  if (!renames_) {
+    generation_ = NewGenerationName();
+    folder_ = path_ + "/" + generation_;
+    // The lease is the generation's first object: it never exists without.
+    SK_ASSIGN_OR_RETURN(lease_, LeaseHolder::Acquire(storage_, folder_));
+    return Status::Ok();
+  }
+  // The temporary folder exists for a moment before its lease: a collector
+  // that looks then may take it (docs/FORMAT.md §7), and the lease's write
+  // finds no folder. Rare, so it is simply tried again.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
     SK_ASSIGN_OR_RETURN(const LeaseView other, ReadLease(storage_, folder_));
     if (other.verdict == LeaseVerdict::kLive) {
       return AlreadyExistsError(context_ + ": another save of " + path_ +
@@ -297,14 +308,21 @@ Status CommitTarget::Prepare(bool force, const std::string& force_hint) {
     }
     SK_RETURN_IF_ERROR(DiscardFolder(storage_, folder_).WithContext(context_));
     SK_RETURN_IF_ERROR(storage_.CreateDir(folder_).WithContext(context_));
-  } else {
-    generation_ = NewGenerationName();
-    folder_ = path_ + "/" + generation_;
+    Result<std::unique_ptr<LeaseHolder>> lease = LeaseHolder::Acquire(storage_, folder_);
+    if (lease.ok()) {
+      lease_ = std::move(*lease);
+      return Status::Ok();
+    }
+    if (lease.status().code() != StatusCode::kNotFound) {
+      return lease.status().WithContext(context_);
+    }
+    if (attempt == kAttempts) {
+      return LeaseLostError(context_ + ": another process removed " + folder_ + " " +
+                            std::to_string(kAttempts) +
+                            " times as this save created it (" + lease.status().ToString() +
+                            "); nothing was written");
+    }
   }
-  // The lease is the folder's first file: on object stores the generation
-  // never exists without it.
-  SK_ASSIGN_OR_RETURN(lease_, LeaseHolder::Acquire(storage_, folder_));
-  return Status::Ok();
 }
 
 Status CommitTarget::Adopt(const std::string& generation) {
