@@ -15,6 +15,7 @@
 #include "format/index.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
+#include "testing/forged_checkpoint.h"
 #include "testing/payloads.h"
 #include "testing/status_matchers.h"
 
@@ -39,7 +40,7 @@ void WriteCheckpoint(Storage& storage, const std::string& meta_json,
                      const std::vector<format::ChunkRecord>& records,
                      const std::string& data) {
   format::CommitRecord commit;
-  commit.checkpointables = {{"state", "pytree"}};
+  commit.checkpointables = {format::ListCheckpointable("state", "pytree", meta_json, "")};
   commit.index_files["state"] = {format::IndexFileName(0)};
   SK_ASSERT_OK(storage.CreateDir(kPath + "/state/index"));
   SK_ASSERT_OK(storage.CreateDir(kPath + "/state/data"));
@@ -163,6 +164,7 @@ TEST_F(ReaderChunksTest, InvalidTreeIsCorruptionNamingTheNode) {
   meta["tree"]["keys"].push_back("again");
   meta["tree"]["children"].push_back({{"type", "leaf"}, {"leaf", 0}});
   SK_ASSERT_OK(storage_->WriteAll(meta_file, meta.dump(), false));
+  SK_ASSERT_OK(testdata::RelistCheckpointFiles(*storage_, kPath));
   SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, kPath));
   ExpectCorruption(reader->MetaJson("state").status(),
                    {meta_file, "tree node /tree/children/1", "leaf 0 is already used"});
