@@ -175,9 +175,11 @@ TEST_F(ReaderChunksTest, InvalidTreeIsCorruptionNamingTheNode) {
 // four processes; python/tests/test_compat_checkpoints.py checks their
 // values): the raw and the zstd one hold the same leaves, which must read
 // back identically, every chunk verified.
-TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
+class ReaderCompat : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   auto storage = NewFileStorage();
-  const std::string root = std::string(SHARDKEEP_TESTDATA_DIR) + "/compat/v1/";
+  const std::string root = std::string(SHARDKEEP_TESTDATA_DIR) + "/compat/" + GetParam() + "/";
   SK_ASSERT_OK_AND_ASSIGN(auto raw, CheckpointReader::Open(storage, root + "raw"));
   SK_ASSERT_OK_AND_ASSIGN(auto zstd, CheckpointReader::Open(storage, root + "zstd"));
   SK_ASSERT_OK_AND_ASSIGN(std::string text, raw->MetaJson("state"));
@@ -200,6 +202,9 @@ TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   SK_ASSERT_OK_AND_ASSIGN(std::string blob, zstd->ReadValue("blob"));
   EXPECT_EQ(blob.size(), 256u + 9u);
 }
+
+// Every format version's compatibility checkpoints.
+INSTANTIATE_TEST_SUITE_P(Versions, ReaderCompat, ::testing::Values("v1", "v2"));
 
 // A storage far away (S3) asks for more reads in flight than cores; the
 // reader follows its hint unless Options::io_threads says otherwise.
