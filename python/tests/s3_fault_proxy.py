@@ -7,7 +7,8 @@ next N matching requests themselves instead: with an S3 error (503
 SlowDown, 500 InternalError, or any status and code), or by dropping the
 connection after reading part of the request. ``hold`` parks matching
 requests until ``release``, to act on the server while a save is in
-flight. When the server cannot be reached, the proxy drops the client's
+flight. ``flip`` forwards matching requests with one bit of a body
+flipped, as a transfer that TCP's checksum missed would damage it. When the server cannot be reached, the proxy drops the client's
 connection, as a dead server would.
 
 One thread per client connection and one upstream connection per client
@@ -34,17 +35,20 @@ _MAX_HEAD = 64 << 10
 
 @dataclasses.dataclass
 class _Rule:
-    action: str                  # "error", "drop" or "hold"
+    action: str                  # "error", "drop", "hold" or "flip"
     count: int                   # requests still to act on
     method: str | None
     query: str | None            # a query parameter the request must carry
     status: int = 503
     code: str = "SlowDown"
     after: int = 0               # matching requests to let through first
+    offset: int = 0              # "flip": the byte of the body to damage
+    path: str | None = None      # text the request's path must end with
 
-    def matches(self, method: str, params: dict) -> bool:
+    def matches(self, method: str, params: dict, target: str = "") -> bool:
         return ((self.method is None or self.method == method) and
-                (self.query is None or self.query in params))
+                (self.query is None or self.query in params) and
+                (self.path is None or urllib.parse.urlsplit(target).path.endswith(self.path)))
 
 
 @dataclasses.dataclass
@@ -53,7 +57,7 @@ class Seen:
 
     method: str
     target: str
-    outcome: str                 # "forwarded", "error 503", "dropped", "unreachable"
+    outcome: str                 # "forwarded", "flipped", "error 503", "dropped", "unreachable"
 
 
 class _Closed(Exception):
@@ -135,6 +139,20 @@ def _parse_head(head: bytes):
     return first, headers
 
 
+def _flipping(sink, offset: int):
+    """``sink`` with the lowest bit of byte ``offset`` of what passes flipped."""
+    seen = 0
+
+    def flip(piece: bytes) -> None:
+        nonlocal seen
+        if seen <= offset < seen + len(piece):
+            i = offset - seen
+            piece = piece[:i] + bytes([piece[i] ^ 1]) + piece[i + 1:]
+        seen += len(piece)
+        sink(piece)
+    return flip
+
+
 def _body_framing(headers: dict) -> tuple[str, int]:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         return "chunked", 0
@@ -188,6 +206,17 @@ class FaultProxy:
         with self._lock:
             self._released.clear()
             self._rules.append(_Rule("hold", count, method, query))
+
+    def flip(self, count: int = 1, *, offset: int = 0, method: str | None = None,
+             query: str | None = None, path: str | None = None, after: int = 0) -> None:
+        """Forwards ``count`` matching requests (after letting the first
+        ``after`` through; ``path``: those whose path ends so) with the
+        lowest bit of byte ``offset`` flipped in the body they carry, or,
+        for a request without a body, in the body of the answer (bodies
+        framed by Content-Length)."""
+        with self._lock:
+            self._rules.append(_Rule("flip", count, method, query, after=after, offset=offset,
+                                     path=path))
 
     def wait_held(self, at_least: int = 1, timeout: float = 30.0) -> None:
         with self._held:
@@ -243,10 +272,10 @@ class FaultProxy:
         except OSError:
             pass
 
-    def _take_rule(self, method: str, params: dict) -> _Rule | None:
+    def _take_rule(self, method: str, params: dict, target: str) -> _Rule | None:
         with self._lock:
             for rule in self._rules:
-                if rule.count > 0 and rule.matches(method, params):
+                if rule.count > 0 and rule.matches(method, params, target):
                     if rule.after > 0:
                         rule.after -= 1
                         return None
@@ -268,7 +297,7 @@ class FaultProxy:
                 (method, target, *_), headers = _parse_head(head)
                 params = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query,
                                                keep_blank_values=True)
-                rule = self._take_rule(method, params)
+                rule = self._take_rule(method, params, target)
                 if rule is not None and rule.action == "hold":
                     with self._held:
                         self._holding += 1
@@ -281,7 +310,7 @@ class FaultProxy:
                     if framing == "length" and length and "expect" not in headers:
                         incoming.exactly(min(length, max(1, length // 2)), lambda _: None)
                     return
-                if rule is not None:
+                if rule is not None and rule.action == "error":
                     self._answer_error(client, incoming, head, headers, method, target, rule)
                     return
                 if upstream is None:
@@ -292,9 +321,10 @@ class FaultProxy:
                         self._record(method, target, "unreachable")
                         return
                     self._track(upstream)
-                outcome = self._forward(client, incoming, upstream, head, headers, method)
-                self._record(method, target,
-                             "unreachable" if outcome == "lost" else "forwarded")
+                outcome = self._forward(client, incoming, upstream, head, headers, method,
+                                        rule.offset if rule is not None else None)
+                self._record(method, target, "unreachable" if outcome == "lost" else
+                             "flipped" if rule is not None else "forwarded")
                 if outcome != "open":
                     return
         except (_Closed, OSError, ValueError):
@@ -326,24 +356,32 @@ class FaultProxy:
         client.sendall(response)
         self._record(method, target, f"error {rule.status}")
 
-    def _forward(self, client, incoming, upstream, head, headers, method) -> str:
-        """Relays one request and its response. Returns "open" when the
-        connection may carry the next request, "closed" when the answer was
-        relayed but the connection ends, "lost" when the server went away
-        before answering."""
+    def _forward(self, client, incoming, upstream, head, headers, method,
+                 flip: int | None = None) -> str:
+        """Relays one request and its response, with byte ``flip`` of the
+        request's body (or, without one, of the answer's) damaged. Returns
+        "open" when the connection may carry the next request, "closed"
+        when the answer was relayed but the connection ends, "lost" when
+        the server went away before answering."""
         try:
             upstream.sendall(head)
         except OSError:
             return "lost"
         framing, length = _body_framing(headers)
         failure: list[BaseException] = []
+        up = upstream.sendall
+        down = client.sendall
+        if flip is not None and framing == "length" and length:
+            up = _flipping(up, flip)
+        elif flip is not None:
+            down = _flipping(down, flip)
 
         def send_body():
             try:
                 if framing == "chunked":
                     incoming.chunked(upstream.sendall)
                 else:
-                    incoming.exactly(length, upstream.sendall)
+                    incoming.exactly(length, up)
             except BaseException as e:  # noqa: BLE001 - reported to the relaying thread
                 failure.append(e)
                 try:
@@ -371,7 +409,7 @@ class FaultProxy:
                 if "chunked" in response_headers.get("transfer-encoding", "").lower():
                     outgoing.chunked(client.sendall)
                 elif "content-length" in response_headers:
-                    outgoing.exactly(int(response_headers["content-length"]), client.sendall)
+                    outgoing.exactly(int(response_headers["content-length"]), down)
                 else:
                     outgoing.until_close(client.sendall)
                     return "closed"

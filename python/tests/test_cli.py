@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
 from conftest import make_mesh
+from record_checksums import write_record
 
 _TESTS_DIR = pathlib.Path(__file__).parent
 
@@ -229,7 +230,7 @@ def test_rm_deletes_a_checkpoint_and_refuses_anything_else_without_force(tmp_pat
     newer = tmp_path / "newer"
     sk.save(str(newer), {"w": np.ones(4)})
     record = json.loads((newer / "_SHARDKEEP").read_text())
-    (newer / "_SHARDKEEP").write_text(json.dumps({**record, "version": 99}))
+    write_record(newer, {**record, "version": 99})
     refused = run("rm", newer, expect=PROBLEMS)
     assert "not accepted" in refused.stderr and "version" in refused.stderr
     assert newer.exists()
@@ -319,7 +320,7 @@ def test_gc_keeps_a_checkpoint_whose_record_it_cannot_read(tmp_path):
     root = tmp_path / "run"
     sk.save(str(root / "000000001"), {"w": np.ones(3)})
     record = root / "000000001" / "_SHARDKEEP"
-    record.write_text(json.dumps({**json.loads(record.read_text()), "version": 99}))
+    write_record(root / "000000001", {**json.loads(record.read_text()), "version": 99})
     (root / "000000003.shardkeep-old").mkdir()
     (root / "000000004.shardkeep-deleting").mkdir()
     (root / "notes").mkdir()

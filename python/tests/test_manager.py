@@ -19,6 +19,7 @@ from shardkeep import _core
 from shardkeep.manager import checkpoint_manager as manager_lib
 
 from conftest import assert_same_bits, make_mesh
+from record_checksums import write_record
 
 
 def state(step):
@@ -343,11 +344,10 @@ def test_records_the_core_rejects_are_not_committed(tmp_path, caplog):
         for step in (1, 2, 3, 4):
             mgr.save(step, state(step))
     def edit(name, change):
-        record_file = tmp_path / name / "_SHARDKEEP"
-        record = json.loads(record_file.read_text())
+        record = json.loads((tmp_path / name / "_SHARDKEEP").read_text())
         change(record)
-        record_file.write_text(json.dumps(record))
-    edit("02", lambda r: r.update(version=2))               # a newer shardkeep's
+        write_record(tmp_path / name, record)  # its checksum sealed: only the change counts
+    edit("02", lambda r: r.update(version=3))               # a newer shardkeep's
     edit("03", lambda r: r.pop("process_count"))            # valid JSON, not a record
     edit("04", lambda r: r.update(format="orbax"))          # someone else's
     with caplog.at_level(logging.WARNING, logger="shardkeep"):

@@ -42,6 +42,12 @@ struct StorageFeatures {
   // buffer. Without it, ReadScatter() is correct but makes one request per
   // piece, and the reader does not use it.
   bool scatter_reads = false;
+  // Reads travel over a network (an object store), where a transfer can
+  // damage bytes that TCP's 16-bit checksum lets through (a faulty NIC,
+  // proxy or middlebox). A reader then reads a chunk, index or small file
+  // whose checksum fails once more before it reports the stored bytes
+  // damaged; on local storage a second read would only repeat the first.
+  bool remote = false;
 };
 
 // One destination of Storage::ReadScatter(): the next `size` bytes of the

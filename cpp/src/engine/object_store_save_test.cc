@@ -501,6 +501,7 @@ TEST(ObjectStoreSaveTest, AHostileDataFolderIsRefusedByTheReader) {
     SCOPED_TRACE(hostile);
     std::string forged = record;
     forged.replace(forged.find(generation), generation.size(), hostile);
+    format::SealCommitRecord(forged);  // as a forger would
     SK_ASSERT_OK(storage->WriteAll(kRecord, forged, false));
     const Status opened = CheckpointReader::Open(storage, kPath).status();
     EXPECT_EQ(opened.code(), StatusCode::kCorruption) << opened.ToString();

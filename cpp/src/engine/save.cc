@@ -604,7 +604,8 @@ class SaveOperation {
     record.custom_metadata = custom_metadata_;
     record.metrics = metrics_;
     for (const CheckpointablePayload& part : request_.parts) {
-      record.checkpointables.push_back({part.name, part.kind});
+      record.checkpointables.push_back(
+          format::ListCheckpointable(part.name, part.kind, part.meta_json, part.value));
       if (part.kind == "pytree") {
         std::vector<std::string>& files = record.index_files[part.name];
         for (int p = 0; p < record.process_count; ++p) {

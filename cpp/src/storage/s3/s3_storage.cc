@@ -44,6 +44,7 @@ class S3Storage final : public Storage {
     // more threads cost no buffers).
     features.parallel_reads = 32;
     features.min_efficient_read_bytes = 8ull << 20;
+    features.remote = true;
     return features;
   }
 
