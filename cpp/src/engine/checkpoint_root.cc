@@ -5,6 +5,7 @@
 #include <set>
 #include <string_view>
 
+#include "engine/checked_read.h"
 #include "engine/lease.h"
 #include "engine/make_visible.h"
 #include "format/commit_record.h"
@@ -50,6 +51,18 @@ Result<bool> HoldsOnlyGenerations(Storage& storage, const std::string& path) {
   });
 }
 
+// Reads and decodes the commit record `file` (twice on remote storage when
+// the first copy fails its checks: engine/checked_read.h); the decoded
+// record goes to `record` when it is accepted.
+Result<internal::CheckedBytes> ReadRecord(Storage& storage, const std::string& file,
+                                          std::optional<format::CommitRecord>& record) {
+  return internal::ReadAllChecked(storage, file, [&](const std::string& bytes) {
+    Result<format::CommitRecord> decoded = format::DecodeCommitRecord(bytes, file);
+    if (decoded.ok()) record = std::move(*decoded);
+    return decoded.status();
+  });
+}
+
 // Reads and decodes <path>/_SHARDKEEP; fills `entry` as committed, rejected,
 // unfinished or other. Only an I/O error is returned.
 Status Classify(Storage& storage, const std::string& path, RootEntry& entry) {
@@ -65,19 +78,19 @@ Status Classify(Storage& storage, const std::string& path, RootEntry& entry) {
     if (unfinished) entry.state = EntryState::kUnfinished;
     return Status::Ok();
   }
-  Result<std::string> bytes = storage.ReadAll(file);
+  std::optional<format::CommitRecord> record;
+  Result<internal::CheckedBytes> read = ReadRecord(storage, file, record);
   // Gone since Exists(): deleted (or renamed away) meanwhile.
-  if (bytes.status().code() == StatusCode::kNotFound) return Status::Ok();
-  SK_RETURN_IF_ERROR(bytes.status());
-  Result<format::CommitRecord> record = format::DecodeCommitRecord(*bytes, file);
-  if (!record.ok()) {
+  if (read.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(read.status());
+  if (!read->check.ok()) {
     entry.state = EntryState::kRejected;
-    entry.problem = record.status();
+    entry.problem = read->check;
     return Status::Ok();
   }
   entry.state = EntryState::kCommitted;
   entry.step = record->step;
-  entry.commit_json = std::move(bytes).value();
+  entry.commit_json = std::move(read->bytes);
   return Status::Ok();
 }
 
@@ -153,14 +166,15 @@ Result<std::vector<RootEntry>> ListCheckpoints(Storage& storage,
 
 Result<std::string> ReadCommitRecord(Storage& storage, const std::string& path) {
   const std::string file = Join(path, format::kCommitFileName);
-  Result<std::string> bytes = storage.ReadAll(file);
-  if (bytes.status().code() == StatusCode::kNotFound) {
+  std::optional<format::CommitRecord> record;
+  Result<internal::CheckedBytes> read = ReadRecord(storage, file, record);
+  if (read.status().code() == StatusCode::kNotFound) {
     return NotFoundError("no committed checkpoint at " + path + ": " + file +
                          " does not exist");
   }
-  SK_RETURN_IF_ERROR(bytes.status());
-  SK_RETURN_IF_ERROR(format::DecodeCommitRecord(*bytes, file).status());
-  return bytes;
+  SK_RETURN_IF_ERROR(read.status());
+  SK_RETURN_IF_ERROR(read->check);
+  return std::move(read->bytes);
 }
 
 namespace {
