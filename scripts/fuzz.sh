@@ -43,12 +43,13 @@ scripts/build_sanitized.sh asan "${targets[@]}"
 
 # Seeds: the file each decoder reads, from the golden files and from every
 # checkpoint under cpp/testdata (S3 answers: cpp/testdata/s3/*.xml;
-# safetensors files: cpp/testdata/safetensors); the
+# safetensors files: cpp/testdata/safetensors; leases:
+# cpp/testdata/format/lease*.json); the
 # whole-checkpoint target gets each checkpoint packed into its input layout
 # (cpp/fuzz/checkpoint_fuzzer.cc).
 seeds="$build/seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds"/{index_fuzzer,commit_record_fuzzer,checkpointable_meta_fuzzer,checkpoint_fuzzer,s3_xml_fuzzer,safetensors_fuzzer}
+mkdir -p "$seeds"/{index_fuzzer,commit_record_fuzzer,checkpointable_meta_fuzzer,checkpoint_fuzzer,s3_xml_fuzzer,safetensors_fuzzer,lease_fuzzer}
 copy_seeds() {  # copy_seeds <target> <find -name pattern>
   find cpp/testdata -type f -name "$2" | while read -r f; do
     cp "$f" "$seeds/$1/$(echo "$f" | tr / _)"
@@ -59,6 +60,7 @@ copy_seeds commit_record_fuzzer '*SHARDKEEP'
 copy_seeds checkpointable_meta_fuzzer '*meta.json'
 copy_seeds s3_xml_fuzzer '*.xml'
 copy_seeds safetensors_fuzzer '*.safetensors'
+copy_seeds lease_fuzzer 'lease*.json'
 python3 scripts/pack_fuzz_checkpoints.py cpp/testdata "$seeds/checkpoint_fuzzer"
 rm -rf "$kept"
 for target in "${targets[@]}"; do

@@ -54,7 +54,7 @@ int RunRm(const RmArgs& args);
 
 struct GcArgs {
   std::string url;  // a root of checkpoints
-  double min_age_s = 3600;
+  double min_age_s = 0;  // leases decide (checkpoint_root.h)
   bool dry_run = false;
 };
 int RunGc(const GcArgs& args);

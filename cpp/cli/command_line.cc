@@ -115,9 +115,9 @@ void AddGc(CLI::App& app, int& exit_code) {
       {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 604800}};
   command
       ->add_option("--older-than", args->min_age_s,
-                   "Remove only leftovers in which nothing was written for this long (30m, "
-                   "2h, 7d; default 1h), so that a save still writing is left alone. 0 "
-                   "removes every leftover: only when no save is writing under ROOT")
+                   "Also keep leftovers in which something was written less than this long "
+                   "ago (30m, 2h, 7d; default 0: saves in flight hold leases, which gc "
+                   "always honours; use it for saves by versions without leases)")
       ->transform(CLI::AsNumberWithUnit(units, CLI::AsNumberWithUnit::CASE_SENSITIVE,
                                         "DURATION"))
       ->check(CLI::NonNegativeNumber)

@@ -3,12 +3,12 @@
 // the only copy of one (CollectLeftovers decides, checkpoint_root.h).
 //
 // A save under way looks exactly like a leftover (its temporary or
-// generation folder has no commit record yet). What tells them apart is
-// time: a running save keeps writing files, so by default gc removes only
-// leftovers in which nothing was written for an hour. Where the storage
-// does not report modification times (object stores, through the Storage
-// interface) no age is known and only `--older-than 0` removes leftovers:
-// the caller then vouches that no save is writing under the root.
+// generation folder has no commit record yet), but it holds a lease on its
+// folder, which gc honours: such a folder is kept, and gc names the
+// lease's holder. `--older-than` adds a condition on the time of the last
+// write, for saves by versions without leases; where the storage does not
+// report modification times (object stores, through the Storage
+// interface) a leftover's age is unknown and it is then kept.
 #include <iostream>
 #include <map>
 #include <string>
@@ -33,6 +33,8 @@ std::string WhyKept(const CollectedEntry& c, const SurveyedEntry& s, const GcArg
       }
       return "not a leftover, it may be a newer version's checkpoint; `shardkeep rm "
              "--force` deletes it";
+    case Outcome::kInUse:
+      return c.problem.message();
     case Outcome::kAgeUnknown:
       return "its age is unknown on this storage; --older-than 0 removes it, when no save "
              "is writing under " + root_url;

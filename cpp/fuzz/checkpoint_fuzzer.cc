@@ -6,9 +6,11 @@
 // checkpoints): a flags byte, then files until the input ends, each a path
 // length (u8), the path relative to the checkpoint, a content length (u32
 // little-endian; one past the end takes the rest) and the content.
-// Flags: bit 0 reseals each index's trailer checksum and bit 1 recomputes
-// its chunks' checksums from the data files, so that mutated inputs get
-// past the checksums to the checks behind them.
+// Flags: bit 0 reseals each index's trailer checksum, bit 1 recomputes
+// its chunks' checksums from the data files and bit 2 lists the
+// checksums of every meta.json and value file in _SHARDKEEP and seals its
+// own, so that mutated inputs get past the checksums to the checks behind
+// them.
 #include <xxhash.h>
 
 #include <algorithm>
@@ -18,8 +20,10 @@
 #include <vector>
 
 #include "format/checkpointable_meta.h"
+#include "format/commit_record.h"
 #include "format/index.h"
 #include "shardkeep/checkpoint.h"
+#include "testing/forged_checkpoint.h"
 
 namespace shardkeep {
 namespace {
@@ -95,6 +99,14 @@ std::shared_ptr<Storage> Materialize(std::string_view input) {
       const std::string path = std::string(kPath) + "/" + file.path;
       RecomputeChecksums(*storage, path, file.content);
       (void)storage->WriteAll(path, file.content, false);
+    }
+  }
+  if (flags & 4) {  // after every file it covers is in place
+    const std::string record = std::string(kPath) + "/" + format::kCommitFileName;
+    if (auto bytes = storage->ReadAll(record); bytes.ok()) {
+      format::SealCommitRecord(*bytes);
+      (void)storage->WriteAll(record, *bytes, false);
+      (void)testdata::RelistCheckpointFiles(*storage, kPath);
     }
   }
   return storage;

@@ -56,6 +56,7 @@ const char* ErrorClassName(StatusCode code) {
     case StatusCode::kInvalidArgument: return "InvalidArgumentError";
     case StatusCode::kOutOfSpace: return "OutOfSpaceError";
     case StatusCode::kCommitStateUnknown: return "CommitStateUnknownError";
+    case StatusCode::kLeaseLost: return "LeaseLostError";
     default: return "ShardkeepError";
   }
 }
@@ -280,7 +281,7 @@ std::optional<StatusCode> ShardkeepErrorCode(nb::handle exception) {
       StatusCode::kNotFound,      StatusCode::kCorruption,  StatusCode::kIncompatible,
       StatusCode::kTimeout,       StatusCode::kOutOfSpace,  StatusCode::kStorage,
       StatusCode::kAlreadyExists, StatusCode::kInvalidArgument,
-      StatusCode::kCommitStateUnknown};
+      StatusCode::kCommitStateUnknown, StatusCode::kLeaseLost};
   nb::module_ errors = nb::module_::import_("shardkeep.errors");
   for (StatusCode code : kCodes) {  // OutOfSpace before its base, Storage
     if (PyObject_IsInstance(exception.ptr(), errors.attr(ErrorClassName(code)).ptr()) == 1) {
@@ -707,8 +708,8 @@ std::vector<RootEntry> ListCheckpointsPy(const std::string& url, const Options& 
       WithoutGil([&] { return ListCheckpoints(*location.storage, location.path); }), url);
 }
 
-// The manager's and the local tier's collection: they list their own
-// roots between their own saves, so no minimum age.
+// The manager's and the local tier's collection: leases keep every save in
+// flight out of it (this job's or another's), so no minimum age.
 std::vector<CollectedEntry> CollectLeftoversPy(const std::string& url,
                                                const std::vector<RootEntry>& entries,
                                                const Options& options) {
@@ -724,6 +725,7 @@ const char* OutcomeName(CollectedEntry::Outcome outcome) {
     case CollectedEntry::Outcome::kNotLeftover: return "not-leftover";
     case CollectedEntry::Outcome::kTooRecent: return "too-recent";
     case CollectedEntry::Outcome::kAgeUnknown: return "age-unknown";
+    case CollectedEntry::Outcome::kInUse: return "in-use";
     case CollectedEntry::Outcome::kFailed: return "failed";
   }
   return "failed";

@@ -11,7 +11,8 @@ unless it is an ``sk.Checkpointables(...)`` of named parts.
 from .base.array_source import ArraySource
 from .base.checkpointables import JsonValue, register_kind
 from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionError,
-                     IncompatibleError, InvalidArgumentError, NotFoundError, OutOfSpaceError,
+                     IncompatibleError, InvalidArgumentError, LeaseLostError, NotFoundError,
+                     OutOfSpaceError,
                      ShardkeepError, StorageError, TimeoutError)
 from .loading.info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
 from .interop import convert, load_dcp, load_orbax
@@ -29,7 +30,7 @@ from .saving.staging_pool import release as release_staging_memory
 __all__ = [
     "ArraySource", "CheckpointManager", "Checkpointables", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
-    "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "NotFoundError",
+    "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "LeaseLostError", "NotFoundError",
     "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
     "convert", "load", "load_checkpointables", "load_dcp", "load_orbax", "load_safetensors",
     "metadata", "preservation", "save_decisions",

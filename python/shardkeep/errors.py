@@ -51,3 +51,13 @@ class CommitStateUnknownError(ShardkeepError):
     The commit's outcome could not be settled (the coordination service or
     the storage failed while deciding it). Check the path before retrying.
     """
+
+
+class LeaseLostError(ShardkeepError):
+    """A save in flight lost its lease, and nothing was committed.
+
+    Another process (a manager opening the same root, ``shardkeep gc``,
+    ``shardkeep rm --force``) judged the save dead and removed its files:
+    its process looked gone, or it had not renewed its lease within the
+    lease's duration plus the allowance for clocks. Save again.
+    """

@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardkeep as sk
 from conftest import make_mesh
+from record_checksums import write_record
 
 _TESTS_DIR = pathlib.Path(__file__).parent
 
@@ -229,7 +230,7 @@ def test_rm_deletes_a_checkpoint_and_refuses_anything_else_without_force(tmp_pat
     newer = tmp_path / "newer"
     sk.save(str(newer), {"w": np.ones(4)})
     record = json.loads((newer / "_SHARDKEEP").read_text())
-    (newer / "_SHARDKEEP").write_text(json.dumps({**record, "version": 99}))
+    write_record(newer, {**record, "version": 99})
     refused = run("rm", newer, expect=PROBLEMS)
     assert "not accepted" in refused.stderr and "version" in refused.stderr
     assert newer.exists()
@@ -262,7 +263,7 @@ _KILLED_SAVE = textwrap.dedent("""
 """)
 
 
-def _kill_a_save(root: str, step: int) -> None:
+def kill_a_save(root: str, step: int) -> None:
     """A child process saves ``step`` under ``root`` and is SIGKILLed once
     its data is written, before the commit."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -282,7 +283,7 @@ def test_gc_removes_a_killed_save_but_never_a_checkpoint(tmp_path):
     root = tmp_path / "run"
     with sk.CheckpointManager(root) as mgr:
         mgr.save(1, {"w": np.arange(8.0)})
-    _kill_a_save(str(root), 2)
+    kill_a_save(str(root), 2)
     leftover = root / "000000002.shardkeep-tmp"
     assert leftover.is_dir()
 
@@ -294,10 +295,11 @@ def test_gc_removes_a_killed_save_but_never_a_checkpoint(tmp_path):
     assert entries[1]["step"] is None and entries[1]["checkpointables"] is None
     assert "temporary" in run("ls", root).stdout
 
-    # Written a moment ago: by default it may be a save still writing.
-    kept = run("gc", root).stdout
+    # Its process is gone, so its lease no longer protects it; --older-than
+    # adds a condition on the time of its last write.
+    kept = run("gc", root, "--older-than", "1h").stdout
     assert "kept" in kept and "newer than --older-than 1h" in kept and leftover.exists()
-    dry = run("gc", root, "--older-than", "0", "--dry-run").stdout
+    dry = run("gc", root, "--dry-run").stdout
     assert f"would remove {leftover}" in dry and leftover.exists()
 
     _age(leftover, 3 * 3600)
@@ -318,7 +320,7 @@ def test_gc_keeps_a_checkpoint_whose_record_it_cannot_read(tmp_path):
     root = tmp_path / "run"
     sk.save(str(root / "000000001"), {"w": np.ones(3)})
     record = root / "000000001" / "_SHARDKEEP"
-    record.write_text(json.dumps({**json.loads(record.read_text()), "version": 99}))
+    write_record(root / "000000001", {**json.loads(record.read_text()), "version": 99})
     (root / "000000003.shardkeep-old").mkdir()
     (root / "000000004.shardkeep-deleting").mkdir()
     (root / "notes").mkdir()
@@ -345,7 +347,7 @@ def test_ls_info_gc_and_rm_on_s3(s3):
     root = s3.url("runs/7")
     with sk.CheckpointManager(root) as mgr:
         mgr.save(10, {"w": jnp.arange(1024, dtype=jnp.float32)}, metrics={"acc": 0.5})
-    _kill_a_save(root, 20)
+    kill_a_save(root, 20)
     s3_keys = s3.keys("runs/7/000000010/")
     stored = sum(s3.client.head_object(Bucket=s3.name, Key=k)["ContentLength"] for k in s3_keys)
 
@@ -362,10 +364,11 @@ def test_ls_info_gc_and_rm_on_s3(s3):
     assert info["step"] == 10 and info["metrics"] == {"acc": 0.5}
     assert _leaves(info["checkpointables"][0])["w"]["bytes"] == 4096
 
-    # The age of an S3 leftover is unknown: only --older-than 0 removes it.
-    assert "unknown" in run("gc", root).stdout
+    # The age of an S3 leftover is unknown: --older-than keeps it; the
+    # default, the expired lease alone, removes it.
+    assert "unknown" in run("gc", root, "--older-than", "1h").stdout
     assert s3.keys("runs/7/000000020/")
-    assert "removed 1 leftover" in run("gc", root, "--older-than", "0").stdout
+    assert "removed 1 leftover" in run("gc", root).stdout
     assert s3.keys("runs/7/000000020/") == []
     after = run_json("ls", root)["entries"]
     assert [e["name"] for e in after] == ["000000010"], after

@@ -27,11 +27,13 @@ FULL = [p for p in CHECKPOINTS if p.name != "small"]
 
 def test_every_version_and_codec_is_present():
     assert {p.relative_to(COMPAT).as_posix() for p in CHECKPOINTS} >= {
-        "v1/raw", "v1/zstd", "v1/small"}
+        "v1/raw", "v1/zstd", "v1/small", "v2/raw", "v2/zstd", "v2/small"}
 
 
-def test_small_checkpoint_loads_bit_exactly():
-    path = COMPAT / "v1" / "small"
+@pytest.mark.parametrize("version", sorted(p.name for p in COMPAT.glob("v*")))
+def test_small_checkpoint_loads_bit_exactly(version):
+    path = COMPAT / version / "small"
+    assert json.loads((path / "_SHARDKEEP").read_text())["version"] == int(version[1:])
     loaded = sk.load_checkpointables(str(path))
     _assert_same_tree(loaded["state"], compat.expected_small_tree())
     assert loaded["config"] == {"a": 1} and loaded["blob"] == b"xy"
@@ -63,6 +65,7 @@ def _assert_same_tree(actual, expected, where="state"):
 @pytest.mark.parametrize("path", FULL, ids=lambda p: p.relative_to(COMPAT).as_posix())
 def test_compat_checkpoint_loads_bit_exactly(path):
     commit = json.loads((path / "_SHARDKEEP").read_text())
+    assert commit["version"] == int(path.parent.name[1:])
     assert commit["process_count"] == 4 and commit["step"] == 1200
     assert {name: c["kind"] for name, c in commit["checkpointables"].items()} == {
         "state": "pytree", "config": "json", "blob": "bytes"}

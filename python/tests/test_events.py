@@ -4,6 +4,7 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import orbax.checkpoint as ocp
 import pytest
 
 import shardkeep as sk
@@ -17,18 +18,28 @@ class Recorded:
         self.events: list[tuple[str, dict]] = []
         self.durations: dict[str, list[float]] = {}
         self.scalars: dict[str, list[float]] = {}
+        self.kinds: set[tuple[str, str, tuple]] = set()  # (name, kind, keyword names)
 
     def on_event(self, name, **kwargs):
         with self.lock:
             self.events.append((name, kwargs))
+            self.kinds.add((name, "event", tuple(sorted(kwargs))))
 
     def on_duration(self, name, seconds, **kwargs):
         with self.lock:
             self.durations.setdefault(name, []).append(seconds)
+            self.kinds.add((name, "duration", tuple(sorted(kwargs))))
 
     def on_scalar(self, name, value, **kwargs):
         with self.lock:
             self.scalars.setdefault(name, []).append(value)
+            self.kinds.add((name, "scalar", tuple(sorted(kwargs))))
+
+    def of_writes(self):
+        """(name, kind, keyword names) of every save event recorded."""
+        with self.lock:
+            return {k for k in self.kinds if k[0].startswith(("/jax/orbax/write/",
+                                                               "/jax/checkpoint/write/"))}
 
     def names(self, prefix="/jax/"):
         with self.lock:
@@ -39,6 +50,7 @@ class Recorded:
             self.events.clear()
             self.durations.clear()
             self.scalars.clear()
+            self.kinds.clear()
 
 
 @pytest.fixture
@@ -120,3 +132,68 @@ def test_a_manager_restore_is_a_load(tmp_path, recorded):
     assert step == 1
     assert recorded.names() == ["/jax/orbax/read/start", "/jax/orbax/read/storage_type",
                                 "/jax/orbax/read/success"]
+
+
+# The events of a save operation as Orbax's CheckpointManager records them
+# (its OperationRecorder and async checkpointer): sync, then async.
+ORBAX_SYNC = {"/jax/orbax/write/start", "/jax/orbax/write/start_time",
+              "/jax/orbax/write/storage_type", "/jax/orbax/write/blocking_duration_secs",
+              "/jax/orbax/write/blocking_end_time", "/jax/orbax/write/success",
+              "/jax/orbax/write/total_duration_secs"}
+ORBAX_ASYNC = {"/jax/orbax/write/async/start", "/jax/orbax/write/async/start_time",
+               "/jax/orbax/write/storage_type",
+               "/jax/checkpoint/write/async/blocking_duration_secs",
+               "/jax/orbax/write/async/blocking_duration_secs",
+               "/jax/orbax/write/async/blocking_end_time", "/jax/orbax/write/success",
+               "/jax/checkpoint/write/async/total_duration_secs",
+               "/jax/orbax/write/async/total_duration_secs",
+               "/jax/orbax/write/background_duration_secs"}
+
+
+def orbax_manager_save(root, recorded, *, asynchronous):
+    """The save events of one save by Orbax's own CheckpointManager."""
+    options = ocp.CheckpointManagerOptions(enable_async_checkpointing=asynchronous)
+    with ocp.CheckpointManager(root, options=options) as mgr:
+        recorded.clear()
+        mgr.save(1, args=ocp.args.StandardSave(STATE))
+        mgr.wait_until_finished()
+    return recorded.of_writes()
+
+
+def shardkeep_manager_save(root, recorded, *, asynchronous):
+    with sk.CheckpointManager(root, async_save=asynchronous) as mgr:
+        recorded.clear()
+        mgr.save(1, STATE)
+        mgr.wait()
+    return recorded.of_writes()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_manager_reports_the_events_orbax_manager_reports(tmp_path, recorded, asynchronous):
+    orbax = orbax_manager_save(tmp_path / "orbax", recorded, asynchronous=asynchronous)
+    ours = shardkeep_manager_save(tmp_path / "shardkeep", recorded, asynchronous=asynchronous)
+    expected, other = (ORBAX_ASYNC, ORBAX_SYNC) if asynchronous else (ORBAX_SYNC, ORBAX_ASYNC)
+    # The lists above are what Orbax records in this mode...
+    assert expected <= {name for name, _, _ in orbax}
+    # ...and shardkeep records each as Orbax does: same kind, same keywords.
+    assert {k for k in orbax if k[0] in expected} == {k for k in ours if k[0] in expected}
+    # Nothing of the other mode that Orbax does not record in this one.
+    assert not {name for name, _, _ in ours} & (other - expected)
+
+
+def test_a_synchronous_managers_blocking_duration_runs_to_the_commit(tmp_path, recorded):
+    committed_when_reported = []
+
+    def on_duration(name, seconds, **kwargs):
+        if name == "/jax/orbax/write/blocking_duration_secs":
+            committed_when_reported.append((tmp_path / "000000001" / "_SHARDKEEP").exists())
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    try:
+        with sk.CheckpointManager(tmp_path, async_save=False) as mgr:
+            mgr.save(1, STATE)
+            assert committed_when_reported == [True]  # reported before save() returned
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_duration)
+    d = recorded.durations
+    assert d["/jax/orbax/write/blocking_duration_secs"] == d["/jax/orbax/write/total_duration_secs"]

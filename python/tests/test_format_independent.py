@@ -14,9 +14,21 @@ import numpy as np
 import xxhash
 
 from index_reader import read_index
+from record_checksums import file_checksum, own_checksum
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-GOLDEN_INDEX = REPO / "cpp" / "testdata" / "format" / "golden_p0.idx"
+GOLDEN = REPO / "cpp" / "testdata" / "format"
+GOLDEN_INDEX = GOLDEN / "golden_p0.idx"
+
+
+def test_golden_records_carry_their_own_checksum():
+    for name in ("golden_SHARDKEEP", "golden_generation_SHARDKEEP"):
+        record = (GOLDEN / name).read_bytes()
+        assert json.loads(record)["version"] == 2
+        stated, actual = own_checksum(record)
+        assert stated == actual, name
+    # Version 1 records have none.
+    assert own_checksum((GOLDEN / "golden_v1_SHARDKEEP").read_bytes()) is None
 
 
 def test_golden_index_matches_format_doc():
@@ -49,11 +61,17 @@ def test_saved_checkpoint_reads_back_independently(tmp_path):
     shardkeep.save(str(ckpt), tree)
 
     # _SHARDKEEP: the commit record (FORMAT.md section 3).
-    commit = json.loads((ckpt / "_SHARDKEEP").read_text())
+    record = (ckpt / "_SHARDKEEP").read_bytes()
+    commit = json.loads(record)
     assert commit["format"] == "shardkeep"
-    assert commit["version"] == 1
+    assert commit["version"] == 2
     assert commit["process_count"] == 1
-    assert commit["checkpointables"] == {"state": {"kind": "pytree"}}
+    assert list(commit)[-1] == "checksum"
+    stated, actual = own_checksum(record)
+    assert stated == actual == commit["checksum"]
+    assert commit["checkpointables"] == {"state": {
+        "kind": "pytree",
+        "meta_checksum": file_checksum((ckpt / "state" / "meta.json").read_bytes())}}
     assert commit["index_files"] == {"state": ["index/p0.idx"]}
 
     # meta.json: structure and leaf specs (FORMAT.md section 4).

@@ -14,6 +14,7 @@ import pytest
 import shardkeep as sk
 from shardkeep import _core
 from index_reader import read_index, write_index
+from record_checksums import relist
 
 
 def _meta_path(ckpt):
@@ -26,6 +27,7 @@ def _edit_meta(ckpt, edit):
     edit(meta)
     with open(_meta_path(ckpt), "w") as f:
         json.dump(meta, f)
+    relist(ckpt)  # as a producer of the edited file would
 
 
 @pytest.fixture

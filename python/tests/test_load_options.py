@@ -63,6 +63,52 @@ def test_lossy_cast_needs_permission(ckpt):
         jnp.bfloat16))
 
 
+def test_scalar_leaves_are_cast_by_the_rule_arrays_are(ckpt):
+    # Python scalars are stored as bool, int64 or float64: into any other
+    # dtype of their family only with allow_lossy_cast, as arrays.
+    sk.save(ckpt, {"f": 0.1, "i": 7, "b": True, "a": np.full(2, 0.1)})
+    same = sk.load(ckpt, {"f": np.array(0.0), "i": np.int64(0), "b": np.bool_(False),
+                          "a": np.zeros(2)})
+    assert (same["f"], same["i"], same["b"]) == (0.1, 7, True)
+    assert np.asarray(same["f"]).dtype == np.float64 and same["i"].dtype == np.int64
+    narrower = {"f": _sds((), jnp.float32), "i": np.int32(0), "b": np.bool_(False),
+                "a": np.zeros(2, np.float32)}
+    with pytest.raises(sk.IncompatibleError) as scalar:
+        sk.load(ckpt, {**narrower, "a": np.zeros(2)})
+    with pytest.raises(sk.IncompatibleError) as array:
+        sk.load(ckpt, {**narrower, "f": np.array(0.0), "i": np.int64(0)})
+    # The scalar's error names its leaf and says what the array's does.
+    reason = "cannot cast float64 to float32 without allow_lossy_cast (it may lose precision)"
+    assert "'f'" in str(scalar.value) and str(scalar.value).endswith(reason)
+    assert "'a'" in str(array.value) and str(array.value).endswith(reason)
+    with pytest.raises(sk.IncompatibleError, match=r"'i'.*cannot cast int64 to int32 without"):
+        sk.load(ckpt, {**narrower, "f": np.array(0.0), "a": np.zeros(2)})
+    cast = sk.load(ckpt, narrower, options=sk.Options(allow_lossy_cast=True))
+    assert cast["f"].dtype == jnp.float32 and cast["f"] == np.float32(0.1)
+    assert cast["i"].dtype == np.int32 and cast["i"] == 7
+    # Across families is refused whatever the option, for scalars as for arrays.
+    with pytest.raises(sk.IncompatibleError, match=r"'b'.*cannot cast bool to int32: unsupported"):
+        sk.load(ckpt, {**narrower, "b": np.int32(0)}, options=sk.Options(allow_lossy_cast=True))
+
+
+def test_weakly_typed_scalar_targets_take_python_numbers_as_jax_does(ckpt):
+    # jax.eval_shape makes weakly typed int32/float32 targets of a state's
+    # Python numbers (a train state's step): those take the stored int64 and
+    # float64 as JAX takes Python numbers, a float rounded, an int if it fits.
+    sk.save(ckpt, {"step": 7, "lr": 0.1, "big": 2**40, "huge": 1e300})
+    target = jax.eval_shape(lambda: {"step": 0, "lr": 0.0, "big": 0, "huge": 0.0})
+    assert target["step"].weak_type and target["step"].dtype == jnp.int32
+    out = sk.load(ckpt, {**target, "big": np.int64(0), "huge": np.float64(0)})
+    assert out["step"].dtype == jnp.int32 and out["step"] == 7
+    assert out["lr"].dtype == jnp.float32 and out["lr"] == np.float32(0.1)
+    # What JAX itself refuses of a Python number (an int that does not fit, a
+    # float that overflows) falls back to the rule arrays follow.
+    with pytest.raises(sk.IncompatibleError, match=r"'big'.*cannot cast int64 to int32"):
+        sk.load(ckpt, {**target, "huge": np.float64(0)})
+    with pytest.raises(sk.IncompatibleError, match=r"'huge'.*cannot cast float64 to float32"):
+        sk.load(ckpt, {**target, "big": np.int64(0)})
+
+
 def test_lossless_casts(ckpt):
     bf = jnp.asarray([1.5, -2.25, 3e38], jnp.bfloat16)
     ints = np.asarray([-32768, 0, 32767], np.int16)

@@ -19,6 +19,7 @@ from shardkeep import _core
 from shardkeep.manager import checkpoint_manager as manager_lib
 
 from conftest import assert_same_bits, make_mesh
+from record_checksums import write_record
 
 
 def state(step):
@@ -285,7 +286,7 @@ class FailedFuture:
 
 
 def test_a_failed_background_save_raises_on_the_next_save(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(manager_lib, "save_checkpointables_async",
+    monkeypatch.setattr(manager_lib, "start_save",
                         lambda path, *a, **k: FailedFuture(path))
     mgr = sk.CheckpointManager(tmp_path, save_interval_steps=10)
     with caplog.at_level(logging.ERROR, logger="shardkeep"):
@@ -301,7 +302,7 @@ def test_a_failed_background_save_raises_on_the_next_save(tmp_path, monkeypatch,
 
 
 def test_a_failed_background_save_raises_on_wait_and_close(tmp_path, monkeypatch):
-    monkeypatch.setattr(manager_lib, "save_checkpointables_async",
+    monkeypatch.setattr(manager_lib, "start_save",
                         lambda path, *a, **k: FailedFuture(path))
     mgr = sk.CheckpointManager(tmp_path)
     mgr.save(1, state(1))
@@ -343,11 +344,10 @@ def test_records_the_core_rejects_are_not_committed(tmp_path, caplog):
         for step in (1, 2, 3, 4):
             mgr.save(step, state(step))
     def edit(name, change):
-        record_file = tmp_path / name / "_SHARDKEEP"
-        record = json.loads(record_file.read_text())
+        record = json.loads((tmp_path / name / "_SHARDKEEP").read_text())
         change(record)
-        record_file.write_text(json.dumps(record))
-    edit("02", lambda r: r.update(version=2))               # a newer shardkeep's
+        write_record(tmp_path / name, record)  # its checksum sealed: only the change counts
+    edit("02", lambda r: r.update(version=3))               # a newer shardkeep's
     edit("03", lambda r: r.pop("process_count"))            # valid JSON, not a record
     edit("04", lambda r: r.update(format="orbax"))          # someone else's
     with caplog.at_level(logging.WARNING, logger="shardkeep"):
@@ -375,7 +375,8 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path, storage_faults, backend):
         # temporary folder after the failure fails too (as on a full or
         # failing disk), so only the manager can clean up.
         storage_faults([("Append", "", 1, 1, "fail", 0),
-                        ("DeleteRecursive", r"000000002\.shardkeep-tmp$", 2, -1, "fail", 0)])
+                        ("DeleteRecursive", r"000000002\.shardkeep-tmp$", 2, -1, "fail", 0),
+                        ("Rename", r"000000002\.shardkeep-tmp$", 1, -1, "fail", 0)])
         mgr.save(2, state(2))
         with pytest.raises(sk.StorageError, match="saving step 2 .*injected failure of Append"):
             mgr.wait()
@@ -409,7 +410,7 @@ def test_the_manager_removes_the_leftover_of_a_failed_start(tmp_path, storage_fa
 
 
 def test_close_is_idempotent_and_the_context_keeps_the_first_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(manager_lib, "save_checkpointables_async",
+    monkeypatch.setattr(manager_lib, "start_save",
                         lambda path, *a, **k: FailedFuture(path))
     with pytest.raises(KeyError):
         with sk.CheckpointManager(tmp_path) as mgr:

@@ -8,6 +8,7 @@ checkpoint for several loads.
 import json
 import pathlib
 import sys
+import threading
 
 import jax.numpy as jnp
 import numpy as np
@@ -169,6 +170,83 @@ class _FakeClient:
         if key not in self.store:
             raise RuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out with key: {key}")
         return self.store[key]
+
+
+class _SharedStore:
+    """JAX's key-value store as several processes' clients see it."""
+
+    def __init__(self):
+        self.store = {}
+        self.changed = threading.Condition()
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        with self.changed:
+            if key in self.store and not allow_overwrite:
+                raise RuntimeError(f"ALREADY_EXISTS: Config key {key} already exists.")
+            self.store[key] = value
+            self.changed.notify_all()
+
+    def key_value_try_get(self, key):
+        with self.changed:
+            if key not in self.store:
+                raise RuntimeError(f"NOT_FOUND: Config key {key} not found.")
+            return self.store[key]
+
+    def blocking_key_value_get(self, key, timeout_in_ms):
+        with self.changed:
+            if not self.changed.wait_for(lambda: key in self.store, timeout_in_ms / 1000):
+                raise RuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out with key: {key}")
+            return self.store[key]
+
+    def key_value_dir_get(self, prefix):
+        with self.changed:
+            return [(k, v) for k, v in self.store.items() if k.startswith(prefix)]
+
+    def key_value_delete(self, key):
+        with self.changed:
+            self.store.pop(key, None)
+
+
+class _SeenPerThread:
+    """Each simulated process keeps its own record of the verdicts it has
+    seen, as each real process does."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _positions(self):
+        if not hasattr(self._local, "positions"):
+            self._local.positions = {}
+        return self._local.positions
+
+    def get(self, client, name):
+        return self._positions().get(name, (0, 0))
+
+    def note(self, client, name, position):
+        positions = self._positions()
+        positions[name] = max(position, positions.get(name, (0, 0)))
+
+
+def test_agreed_operations_leave_no_keys_behind(monkeypatch):
+    """A long job makes an agreed operation per save: once every process has
+    read an operation's "go", its verdict and arrivals are deleted, so the
+    coordination service does not grow by a key per operation."""
+    monkeypatch.setattr(distributed, "_seen", _SeenPerThread())
+    store, processes, operations = _SharedStore(), 3, 20
+    ids = [[] for _ in range(processes)]
+
+    def run(p):
+        bridge = distributed.JaxCoordination(store, p, processes)
+        for i in range(operations):
+            ids[p].append(bridge.agree("save", f"/ckpt/{i % 4}", 30.0))
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in range(processes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert ids[0] == ids[1] == ids[2] and len(set(ids[0])) == operations
+    assert store.store == {}
 
 
 def test_barrier_timeout_names_the_missing_processes():

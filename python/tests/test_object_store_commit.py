@@ -21,6 +21,7 @@ import shardkeep as sk
 from shardkeep import _core
 
 from conftest import assert_same_bits, make_mesh
+from record_checksums import write_record
 
 _GENERATION = re.compile(r"\.shardkeep-g[0-9a-f]{16}")
 
@@ -106,7 +107,7 @@ def _move_into_generation(ckpt, generation):
     (ckpt / "state").rename(ckpt / generation / "state")
     record = json.loads((ckpt / "_SHARDKEEP").read_text())
     record["data_folder"] = generation
-    (ckpt / "_SHARDKEEP").write_text(json.dumps(record))
+    write_record(ckpt, record)
 
 
 @pytest.mark.parametrize("map_files", [True, False])
@@ -128,7 +129,7 @@ def test_a_data_folder_leaving_the_checkpoint_is_refused(tmp_path):
     sk.save(str(ckpt), state(3))
     record = json.loads((ckpt / "_SHARDKEEP").read_text())
     record["data_folder"] = "../other"
-    (ckpt / "_SHARDKEEP").write_text(json.dumps(record))
+    write_record(ckpt, record)  # its checksum sealed, as a forger's would be
     with pytest.raises(sk.CorruptionError, match="data_folder"):
         sk.load(str(ckpt))
     assert entries(str(tmp_path))["ckpt"] == "rejected"

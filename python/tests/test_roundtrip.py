@@ -88,11 +88,12 @@ def test_scalars_strings_and_none(ckpt):
     assert out["s"] == "héllo" and out["none"] is None
     assert_same_bits(out["np_scalar"], np.float32(1.5))
     assert_same_bits(out["np_int"], np.int16(-3))
-    # Typed targets: numpy scalars come back as numpy scalars, 0-d jax arrays as arrays.
+    # Typed targets: numpy scalars come back as numpy scalars, 0-d jax arrays
+    # as arrays (0.1 into float32 would be a lossy cast: test_load_options).
     typed = sk.load(ckpt, {**tree, "np_scalar": np.float32(0), "i": np.int64(0),
-                           "f": jax.ShapeDtypeStruct((), jnp.float32)})
+                           "t": jax.ShapeDtypeStruct((), jnp.bool_)})
     assert isinstance(typed["np_scalar"], np.float32) and typed["np_scalar"] == 1.5
-    assert typed["i"] == -(2**62) and isinstance(typed["f"], jax.Array)
+    assert typed["i"] == -(2**62) and isinstance(typed["t"], jax.Array) and typed["t"]
 
 
 def test_unsupported_leaf_is_refused(ckpt):

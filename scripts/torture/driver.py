@@ -15,6 +15,13 @@ kills it with SIGKILL, in one of these ways (kinds, in turn):
   diskfull  (only with TMPFS) on a small tmpfs that the writer fills
             up mid-run, after a random delay
 
+Beside the writer, a collector (collector.py) races it on the same root,
+as other jobs sharing a root do: it opens managers there and runs
+`shardkeep gc` in a loop, pausing only while the checker checks. A save
+it refuses (LeaseLost, when it took a save's folder in the moment before
+the lease was written) is counted, not failed; a lost or unloadable
+committed checkpoint fails the trial like any other.
+
 This process is the checker. It imports shardkeep once and, after each
 kill, asserts:
 
@@ -102,6 +109,56 @@ def run_writer(plan: dict, kill_after: float | None, log: str) -> tuple[int, str
             out, _ = proc.communicate()
             return -999, out
     return proc.returncode, out
+
+
+class Collector:
+    """The racing collector process (collector.py) and its control folder."""
+
+    def __init__(self, workdir: str):
+        self.control = os.path.join(workdir, "collector")
+        os.makedirs(self.control, exist_ok=True)
+        self.pause()
+        self.point_at(workdir)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "collector.py"), self.control],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.control, "log"), "w"),
+            cwd=HERE)
+
+    def point_at(self, root: str) -> None:
+        with open(os.path.join(self.control, "root.new"), "w") as f:
+            f.write(root)
+        os.replace(os.path.join(self.control, "root.new"), os.path.join(self.control, "root"))
+
+    def pause(self) -> None:
+        """Returns once the collector is idle (it finishes its round first)."""
+        open(os.path.join(self.control, "pause"), "w").close()
+        paused = os.path.join(self.control, "paused")
+        deadline = time.monotonic() + 300
+        while getattr(self, "proc", None) is not None and not os.path.exists(paused):
+            if self.proc.poll() is not None:
+                sys.exit(f"torture: the collector died; see {self.control}/log")
+            if time.monotonic() > deadline:
+                sys.exit("torture: the collector did not pause within 300 s")
+            time.sleep(0.005)
+
+    def resume(self) -> None:
+        _remove(os.path.join(self.control, "paused"))
+        _remove(os.path.join(self.control, "pause"))
+
+    def rounds(self) -> collections.Counter:
+        counts = collections.Counter()
+        if not os.path.exists(os.path.join(self.control, "rounds")):
+            return counts
+        with open(os.path.join(self.control, "rounds")) as f:
+            for line in f:
+                counts[line.split()[0]] += 1
+                if line.startswith("gc"):
+                    counts["gc removals"] += int(line.split("removed=")[1])
+        return counts
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 def load_and_compare(trial: Trial, path: str, step: int, *, leftover: bool = False) -> None:
@@ -304,6 +361,7 @@ def main() -> int:
     if not tmpfs:
         print("torture: diskfull trials skipped: no tmpfs (scripts/torture.sh mounts one"
               " when run as root)", flush=True)
+    collector = Collector(workdir)
     outcomes = collections.Counter()
     sites = collections.Counter()
     failed: list[Trial] = []
@@ -325,11 +383,15 @@ def main() -> int:
             trial = Trial(number, kind, root, report)
         plan, kill_after = planner.plan(trial, tmpfs)
         log = os.path.join(workdir, "writer.log")
+        collector.point_at(trial.root)
+        collector.resume()
         rc, out = run_writer(plan, kill_after, log)
+        collector.pause()
         with open(log) as f:
             err = f.read()
         site = KILL_LINE.search(err)
         outcomes["saves failed for lack of space"] += out.count(": out of space:")
+        outcomes["saves refused: lease lost to the collector"] += out.count(": lease lost:")
         if rc == -9:
             trial.site = f"{site.group(1)} {site.group(2)}" if site else "at a random moment"
             outcomes[f"killed:{kind}"] += 1
@@ -360,6 +422,9 @@ def main() -> int:
         if (number + 1) % 50 == 0:
             print(f"torture: {number + 1}/{trials} trials, {len(failed)} failed,"
                   f" {time.monotonic() - started:.0f} s", flush=True)
+    collector.stop()
+    for key, n in sorted(collector.rounds().items()):
+        outcomes[f"collector: {key}"] = n
     elapsed = time.monotonic() - started
     kills = sum(n for k, n in outcomes.items() if k.startswith("killed:"))
     print(f"torture: {trials} trials in {elapsed:.0f} s (seed {seed}): {kills} writers killed,"

@@ -85,6 +85,10 @@ def main(plan: dict) -> int:
             fill_disk(disk_full["ballast"], disk_full["leave_free"])
         try:
             mgr.save(step, workload.checkpointables(step, scale=scale))
+        except sk.LeaseLostError as e:
+            # A collector took the save's folder in the moment before its
+            # lease was written (docs/FORMAT.md §7): refused, not lost.
+            print(f"step {step}: lease lost: {e}", flush=True)
         except sk.ShardkeepError as e:
             if not (disk_full and out_of_space(e)):
                 raise

@@ -90,9 +90,12 @@ struct SaveRequest {
   bool force = false;  // replace a committed checkpoint at `path`
   // Names this save's barriers. Unique per save and identical on every
   // process; the Python front agrees on it with the other processes before
-  // starting the save (python/shardkeep/job/distributed.py, `agree`). Empty:
-  // numbered by this process's StartSave calls, which stay in step only
-  // while every process makes the same saves.
+  // starting the save (python/shardkeep/job/distributed.py, `agree`).
+  // Required when the coordinator has more than one process
+  // (InvalidArgument otherwise): a number each process counted for itself
+  // would name another save's barriers as soon as one process skipped or
+  // repeated a save, and the job would hang until its timeout. Empty in a
+  // single-process save: numbered by this process's StartSave calls.
   std::string operation_id;
   // Released when the background phase ends: owns the shard memory.
   std::shared_ptr<void> keepalive;

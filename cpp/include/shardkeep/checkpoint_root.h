@@ -29,6 +29,19 @@ inline constexpr char kTemporarySuffix[] = ".shardkeep-tmp";   // a save
 inline constexpr char kReplacedSuffix[] = ".shardkeep-old";    // force=True
 inline constexpr char kDeletingSuffix[] = ".shardkeep-deleting";
 
+// Saves in flight. A save writes into a folder that looks like a leftover
+// until it commits (a temporary folder, or a generation on storage without
+// rename), so it holds a lease on that folder: lease files it renews while
+// it works (the protocol, and how clocks are allowed to disagree, is in
+// the project's docs/FORMAT.md, "Leases"). Every function here that
+// deletes honours them: a folder a live lease covers is never removed; a
+// lease whose holder is gone (its process no longer runs on this machine)
+// or that went unrenewed past its duration plus an allowance for clocks
+// makes the folder a leftover again. Just before its commit a save checks
+// that its lease is still its own and its files are all there, and fails
+// with LeaseLost otherwise.
+inline constexpr char kLeaseFilePrefix[] = ".shardkeep-lease-";
+
 enum class EntryState {
   kCommitted,     // <name>/_SHARDKEEP exists and decodes
   kRejected,      // <name>/_SHARDKEEP exists but the decoder refuses it
@@ -90,25 +103,29 @@ Result<std::string> ReadCommitRecord(Storage& storage, const std::string& path);
 // <path>.shardkeep-deleting (removing a leftover of an earlier, cut-short
 // deletion first), makes the rename durable, then deletes recursively. On
 // storage without atomic rename it deletes <path>/_SHARDKEEP first, then
-// the rest: a crash halfway leaves an unfinished folder, never a record
-// over partly deleted files. NotFound when nothing is at `path`.
+// the rest but the generations saves in flight hold leases on (a forced
+// save to the same path): a crash halfway leaves an unfinished folder,
+// never a record over partly deleted files. NotFound when nothing is at
+// `path`.
 Status DeleteCheckpoint(Storage& storage, const std::string& path);
 
 // Removes a leftover folder: `path` must end in one of the three suffixes
 // above, or be the folder of saves that never committed (no _SHARDKEEP,
 // nothing but generation folders, which are deleted). InvalidArgument for
 // anything else (a committed checkpoint, a folder holding other things),
-// so that a checkpoint or someone's data cannot be removed by mistake, and
-// for an only copy (a <base>.shardkeep-old whose <base> is not committed),
-// saying how to recover it. OK when it does not exist.
+// so that a checkpoint or someone's data cannot be removed by mistake, for
+// an only copy (a <base>.shardkeep-old whose <base> is not committed),
+// saying how to recover it, and for a temporary folder or generation a
+// save in flight holds a live lease on (naming its holder; the others'
+// generations are removed). OK when it does not exist.
 Status RemoveLeftover(Storage& storage, const std::string& path);
 
 struct CollectOptions {
-  // A save under way looks exactly like a leftover; what tells them apart
-  // is that a running save keeps writing. So only leftovers in which
-  // nothing was written for this long are removed. 0 removes every
-  // leftover: for callers that know no save is writing under the root
-  // (the primary of a CheckpointManager, between its own saves).
+  // A save under way looks exactly like a leftover, but holds a lease on
+  // its folder (see "Saves in flight" above), which every collection
+  // honours. This adds a second condition: only leftovers in which nothing
+  // was written for this long are removed (for saves by builds older than
+  // leases, which hold none). 0: the leases alone decide.
   double min_age_s = 0;
   // When anything below root/<name> was last written (ns since the Unix
   // epoch), or nullopt when unknown (the Storage interface reports no
@@ -127,6 +144,9 @@ struct CollectedEntry {
     kTooRecent,    // a leftover written less than min_age_s ago
     kAgeUnknown,   // a leftover whose age is unknown, with min_age_s > 0
     kFailed,       // a leftover whose removal failed (`problem` says why)
+    // A save in flight holds a live lease on it, or it turned into a
+    // committed checkpoint meanwhile; `problem` says which (whose lease).
+    kInUse,
   };
   std::string name;
   EntryState state = EntryState::kOther;

@@ -25,6 +25,9 @@ enum class StatusCode {
   kOutOfSpace,       // the storage is full (a kind of storage failure)
   kCommitStateUnknown,  // a save failed where its checkpoint may or may not
                         // have been committed; check before retrying
+  kLeaseLost,        // a save in flight lost its lease (or its files) to
+                     // another process that judged it dead; nothing was
+                     // committed
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -63,6 +66,7 @@ Status CancelledError(std::string message);
 Status InternalError(std::string message);
 Status OutOfSpaceError(std::string message);
 Status CommitStateUnknownError(std::string message);
+Status LeaseLostError(std::string message);
 // A StorageError built from errno: "<what>: <strerror(err)>".
 Status ErrnoError(const std::string& what, int err);
 

@@ -42,6 +42,12 @@ struct StorageFeatures {
   // buffer. Without it, ReadScatter() is correct but makes one request per
   // piece, and the reader does not use it.
   bool scatter_reads = false;
+  // Reads travel over a network (an object store), where a transfer can
+  // damage bytes that TCP's 16-bit checksum lets through (a faulty NIC,
+  // proxy or middlebox). A reader then reads a chunk, index or small file
+  // whose checksum fails once more before it reports the stored bytes
+  // damaged; on local storage a second read would only repeat the first.
+  bool remote = false;
 };
 
 // One destination of Storage::ReadScatter(): the next `size` bytes of the
@@ -96,7 +102,10 @@ class Storage {
   // commit protocol writes inside the temporary checkpoint folder).
   virtual Status WriteAll(const std::string& path, std::string_view data,
                           bool sync) = 0;
-  // Creates (or truncates) `path` for appending.
+  // Creates `path` for appending: AlreadyExists when it exists, changing
+  // nothing. Create-only because data files are hard-linked into several
+  // checkpoints and mapped into live arrays: a write that truncated one
+  // would corrupt checkpoints and arrays that share it.
   virtual Result<std::unique_ptr<WritableFile>> OpenForAppend(
       const std::string& path) = 0;
 

@@ -21,6 +21,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kOutOfSpace: return "OutOfSpace";
     case StatusCode::kCommitStateUnknown: return "CommitStateUnknown";
+    case StatusCode::kLeaseLost: return "LeaseLost";
   }
   return "Unknown";
 }
@@ -51,6 +52,7 @@ Status OutOfSpaceError(std::string m) { return {StatusCode::kOutOfSpace, std::mo
 Status CommitStateUnknownError(std::string m) {
   return {StatusCode::kCommitStateUnknown, std::move(m)};
 }
+Status LeaseLostError(std::string m) { return {StatusCode::kLeaseLost, std::move(m)}; }
 
 Status ErrnoError(const std::string& what, int err) {
   char buffer[256];

@@ -5,6 +5,8 @@
 #include <set>
 #include <string_view>
 
+#include "engine/checked_read.h"
+#include "engine/lease.h"
 #include "engine/make_visible.h"
 #include "format/commit_record.h"
 
@@ -49,6 +51,18 @@ Result<bool> HoldsOnlyGenerations(Storage& storage, const std::string& path) {
   });
 }
 
+// Reads and decodes the commit record `file` (twice on remote storage when
+// the first copy fails its checks: engine/checked_read.h); the decoded
+// record goes to `record` when it is accepted.
+Result<internal::CheckedBytes> ReadRecord(Storage& storage, const std::string& file,
+                                          std::optional<format::CommitRecord>& record) {
+  return internal::ReadAllChecked(storage, file, [&](const std::string& bytes) {
+    Result<format::CommitRecord> decoded = format::DecodeCommitRecord(bytes, file);
+    if (decoded.ok()) record = std::move(*decoded);
+    return decoded.status();
+  });
+}
+
 // Reads and decodes <path>/_SHARDKEEP; fills `entry` as committed, rejected,
 // unfinished or other. Only an I/O error is returned.
 Status Classify(Storage& storage, const std::string& path, RootEntry& entry) {
@@ -64,19 +78,19 @@ Status Classify(Storage& storage, const std::string& path, RootEntry& entry) {
     if (unfinished) entry.state = EntryState::kUnfinished;
     return Status::Ok();
   }
-  Result<std::string> bytes = storage.ReadAll(file);
+  std::optional<format::CommitRecord> record;
+  Result<internal::CheckedBytes> read = ReadRecord(storage, file, record);
   // Gone since Exists(): deleted (or renamed away) meanwhile.
-  if (bytes.status().code() == StatusCode::kNotFound) return Status::Ok();
-  SK_RETURN_IF_ERROR(bytes.status());
-  Result<format::CommitRecord> record = format::DecodeCommitRecord(*bytes, file);
-  if (!record.ok()) {
+  if (read.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(read.status());
+  if (!read->check.ok()) {
     entry.state = EntryState::kRejected;
-    entry.problem = record.status();
+    entry.problem = read->check;
     return Status::Ok();
   }
   entry.state = EntryState::kCommitted;
   entry.step = record->step;
-  entry.commit_json = std::move(bytes).value();
+  entry.commit_json = std::move(read->bytes);
   return Status::Ok();
 }
 
@@ -152,25 +166,55 @@ Result<std::vector<RootEntry>> ListCheckpoints(Storage& storage,
 
 Result<std::string> ReadCommitRecord(Storage& storage, const std::string& path) {
   const std::string file = Join(path, format::kCommitFileName);
-  Result<std::string> bytes = storage.ReadAll(file);
-  if (bytes.status().code() == StatusCode::kNotFound) {
+  std::optional<format::CommitRecord> record;
+  Result<internal::CheckedBytes> read = ReadRecord(storage, file, record);
+  if (read.status().code() == StatusCode::kNotFound) {
     return NotFoundError("no committed checkpoint at " + path + ": " + file +
                          " does not exist");
   }
-  SK_RETURN_IF_ERROR(bytes.status());
-  SK_RETURN_IF_ERROR(format::DecodeCommitRecord(*bytes, file).status());
-  return bytes;
+  SK_RETURN_IF_ERROR(read.status());
+  SK_RETURN_IF_ERROR(read->check);
+  return std::move(read->bytes);
 }
+
+namespace {
+
+// Storage without rename: deletes the record first, so the checkpoint stops
+// existing before any of its files does, then everything else but the
+// generations of saves in flight (internal::DiscardGeneration keeps them).
+Status DeleteInPlace(Storage& storage, const std::string& path) {
+  const std::string record = Join(path, format::kCommitFileName);
+  const Status unrecorded = storage.DeleteFile(record);
+  if (!unrecorded.ok() && unrecorded.code() != StatusCode::kNotFound) return unrecorded;
+  Result<std::vector<std::string>> names = storage.List(path);
+  if (names.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(names.status());
+  bool kept = false;
+  for (const std::string& name : *names) {
+    if (!format::IsGenerationFolderName(name)) {
+      SK_RETURN_IF_ERROR(storage.DeleteRecursive(Join(path, name)));
+      continue;
+    }
+    const Status discarded = internal::DiscardGeneration(storage, path, name);
+    if (discarded.code() == StatusCode::kInvalidArgument) {
+      kept = true;  // a save in flight's
+      continue;
+    }
+    SK_RETURN_IF_ERROR(discarded);
+  }
+  // The folder itself, where the store keeps folder entries (SeaweedFS).
+  return kept ? Status::Ok() : storage.DeleteRecursive(path);
+}
+
+}  // namespace
 
 Status DeleteCheckpoint(Storage& storage, const std::string& path) {
   const std::string doomed = path + kDeletingSuffix;
   const std::string context = "deleting checkpoint " + path;
   SK_ASSIGN_OR_RETURN(const bool exists, storage.Exists(path));
   if (!exists) return NotFoundError(context + ": nothing is there");
-  // No rename: the record goes first, so the checkpoint stops existing
-  // before any of its files does.
   if (!storage.features().atomic_rename) {
-    return internal::DiscardFolder(storage, path).WithContext(context);
+    return DeleteInPlace(storage, path).WithContext(context);
   }
   // A deletion of the same name cut short earlier would block the rename.
   SK_RETURN_IF_ERROR(storage.DeleteRecursive(doomed).WithContext(context));
@@ -180,6 +224,58 @@ Status DeleteCheckpoint(Storage& storage, const std::string& path) {
   SK_RETURN_IF_ERROR(storage.SyncDir(ParentOf(path)).WithContext(context));
   return storage.DeleteRecursive(doomed).WithContext(context);
 }
+
+namespace {
+
+// A temporary folder: unless a save in flight holds its lease, renamed to
+// <path>.shardkeep-deleting before it is deleted. The rename is atomic
+// against the save that owns the name: if that save was only starting
+// (its lease not yet written when this looked), either its commit renames
+// the folder first and this rename finds nothing, or this one wins and
+// the save fails with LeaseLost; no deletion is ever half done under a
+// name a save commits.
+Status RemoveTemporary(Storage& storage, const std::string& path,
+                       const std::string& context) {
+  SK_ASSIGN_OR_RETURN(const internal::LeaseView lease, internal::ReadLease(storage, path));
+  if (lease.verdict == internal::LeaseVerdict::kLive) {
+    return InvalidArgumentError(context + ": a save in flight holds its lease (" +
+                                lease.description + ")");
+  }
+  if (!storage.features().atomic_rename) {
+    return internal::DiscardFolder(storage, path).WithContext(context);
+  }
+  const std::string doomed = path + kDeletingSuffix;
+  SK_RETURN_IF_ERROR(storage.DeleteRecursive(doomed).WithContext(context));
+  const Status renamed = storage.Rename(path, doomed);
+  if (renamed.code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(renamed.WithContext(context));
+  return storage.DeleteRecursive(doomed).WithContext(context);
+}
+
+// Why a leftover in `state` at `path` is a save in flight: the
+// description of a live lease on it (a temporary folder) or on one of its
+// generations (an unfinished folder); nullopt when none is live.
+Result<std::optional<std::string>> LiveLeaseIn(Storage& storage, const std::string& path,
+                                               EntryState state) {
+  std::vector<std::string> folders;
+  if (state == EntryState::kTemporary) folders.push_back(path);
+  if (state == EntryState::kUnfinished) {
+    Result<std::vector<std::string>> names = storage.List(path);
+    if (names.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+    SK_RETURN_IF_ERROR(names.status());
+    for (const std::string& name : *names) folders.push_back(Join(path, name));
+  }
+  for (const std::string& folder : folders) {
+    SK_ASSIGN_OR_RETURN(const internal::LeaseView lease, internal::ReadLease(storage, folder));
+    if (lease.verdict == internal::LeaseVerdict::kLive) {
+      return std::optional<std::string>("a save in flight holds the lease of " + folder +
+                                        " (" + lease.description + ")");
+    }
+  }
+  return std::optional<std::string>();
+}
+
+}  // namespace
 
 Status RemoveLeftover(Storage& storage, const std::string& path) {
   const std::string context = "removing leftover " + path;
@@ -194,6 +290,9 @@ Status RemoveLeftover(Storage& storage, const std::string& path) {
       return InvalidArgumentError(context + ": " + OnlyCopyAdvice(path));
     }
     SK_RETURN_IF_ERROR(replacement.status().WithContext(context));
+  }
+  if (std::string_view(path).ends_with(kTemporarySuffix)) {
+    return RemoveTemporary(storage, path, context);
   }
   if (StateOfSuffix(path)) {
     return internal::DiscardFolder(storage, path).WithContext(context);
@@ -214,8 +313,19 @@ Status RemoveLeftover(Storage& storage, const std::string& path) {
           " folder nor the folder of a save that never committed");
     }
   }
+  std::vector<std::string> kept;
   for (const std::string& name : *names) {
-    SK_RETURN_IF_ERROR(storage.DeleteRecursive(Join(path, name)).WithContext(context));
+    const Status discarded = internal::DiscardGeneration(storage, path, name);
+    if (discarded.code() == StatusCode::kInvalidArgument) {
+      kept.push_back(discarded.message());
+      continue;
+    }
+    SK_RETURN_IF_ERROR(discarded.WithContext(context));
+  }
+  if (!kept.empty()) {
+    std::string why;
+    for (const std::string& k : kept) why += (why.empty() ? "" : "; ") + k;
+    return InvalidArgumentError(context + ": " + why);
   }
   // The folder itself, now empty: a file system keeps empty directories,
   // and so do object stores that keep folder entries (SeaweedFS), whose
@@ -269,9 +379,20 @@ std::vector<CollectedEntry> CollectLeftovers(Storage& storage, const std::string
         continue;
       }
     }
+    const std::string path = Join(root, entry.name);
+    Result<std::optional<std::string>> leased = LiveLeaseIn(storage, path, entry.state);
+    if (leased.ok() && *leased) {
+      done.outcome = Outcome::kInUse;
+      done.problem = InvalidArgumentError("kept " + path + ": " + **leased);
+      continue;
+    }
     if (options.dry_run) continue;
-    done.problem = RemoveLeftover(storage, Join(root, entry.name));
-    if (!done.problem.ok()) done.outcome = Outcome::kFailed;
+    done.problem = leased.ok() ? RemoveLeftover(storage, path) : leased.status();
+    if (done.problem.code() == StatusCode::kInvalidArgument) {
+      done.outcome = Outcome::kInUse;  // a lease taken or a commit made meanwhile
+    } else if (!done.problem.ok()) {
+      done.outcome = Outcome::kFailed;
+    }
   }
   return report;
 }

@@ -83,7 +83,8 @@ Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stor
                           const std::string& leaf_path, const std::string& file) {
   if (XXH3_64bits(stored, record.stored_length) == record.checksum) return Status::Ok();
   return CorruptionError("checksum mismatch: " + DescribeChunk(record, leaf_path, file) +
-                         " has changed since it was written");
+                         ", length " + std::to_string(record.stored_length) +
+                         ", has changed since it was written");
 }
 
 Status DecompressChunk(const format::ChunkRecord& record, const uint8_t* stored,

@@ -49,7 +49,7 @@ std::string DescribeChunk(const format::ChunkRecord& record,
 
 // Corruption unless the XXH3-64 of the chunk's `stored` bytes (its
 // stored_length of them) is its recorded checksum. The message describes
-// the chunk as DescribeChunk does.
+// the chunk as DescribeChunk does and gives its length.
 Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stored,
                           const std::string& leaf_path, const std::string& file);
 

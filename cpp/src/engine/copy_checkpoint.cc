@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "engine/checked_read.h"
 #include "engine/chunk_checks.h"
 #include "engine/make_visible.h"
 #include "engine/parallel.h"
@@ -26,12 +27,13 @@ namespace {
 
 constexpr char kForceHint[] = "copy with force (shardkeep cp --force) to replace it";
 
-// A chunk's stored bytes within a data file, and their recorded checksum.
+// A checksummed span of a streamed file, and its recorded checksum: a
+// chunk's stored bytes within a data file, or a whole value file.
 struct ChunkSpan {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t checksum = 0;
-  uint32_t leaf = 0;
+  std::string what;  // "chunk of leaf #3", "value", for messages
 };
 
 // One file to copy, relative to the checkpoint's data root. Small files
@@ -76,10 +78,10 @@ class ChunkHasher {
   Status Check(const std::string& file) const {
     for (size_t i = 0; i < chunks_.size(); ++i) {
       if (XXH3_64bits_digest(states_[i].get()) == chunks_[i].checksum) continue;
-      return CorruptionError("checksum mismatch: chunk of leaf #" +
-                             std::to_string(chunks_[i].leaf) + " in " + file +
-                             " at offset " + std::to_string(chunks_[i].offset) +
-                             " has changed since it was written; nothing was copied");
+      return CorruptionError("checksum mismatch: " + chunks_[i].what + " in " + file +
+                             " at offset " + std::to_string(chunks_[i].offset) + ", length " +
+                             std::to_string(chunks_[i].length) +
+                             ", has changed since it was written; nothing was copied");
     }
     return Status::Ok();
   }
@@ -114,41 +116,53 @@ class CheckpointCopy {
  private:
   Status ReadSource() {
     const std::string file = from_path_ + "/" + format::kCommitFileName;
-    Result<std::string> bytes = from_->ReadAll(file);
-    if (bytes.status().code() == StatusCode::kNotFound) {
+    Result<internal::CheckedBytes> read =
+        internal::ReadAllChecked(*from_, file, [&](const std::string& bytes) {
+          Result<format::CommitRecord> decoded = format::DecodeCommitRecord(bytes, file);
+          if (decoded.ok()) commit_ = std::move(*decoded);
+          return decoded.status();
+        });
+    if (read.status().code() == StatusCode::kNotFound) {
       return NotFoundError("no committed checkpoint at " + from_path_ + ": " + file +
                            " does not exist");
     }
-    SK_RETURN_IF_ERROR(bytes.status());
-    SK_ASSIGN_OR_RETURN(commit_, format::DecodeCommitRecord(*bytes, file));
-    record_json_ = std::move(*bytes);
+    SK_RETURN_IF_ERROR(read.status());
+    SK_RETURN_IF_ERROR(read->check);
+    record_json_ = std::move(read->bytes);
     src_root_ = commit_.data_folder ? from_path_ + "/" + *commit_.data_folder : from_path_;
     return Status::Ok();
   }
 
-  // Reads a small file of the source, to be checked and written from memory.
+  // Reads a small file of the source, to be checked (twice on remote
+  // storage, ReadAllChecked) and written from memory.
   Status AddSmallFile(const std::string& relative,
                       const std::function<Status(const std::string&, const std::string&)>& check) {
     const std::string file = src_root_ + "/" + relative;
-    SK_ASSIGN_OR_RETURN(std::string bytes, from_->ReadAll(file));
-    SK_RETURN_IF_ERROR(check(bytes, file));
-    FileCopy copy{relative, std::move(bytes), 0, {}};
+    SK_ASSIGN_OR_RETURN(internal::CheckedBytes read,
+                        internal::ReadAllChecked(*from_, file, [&](const std::string& bytes) {
+                          return check(bytes, file);
+                        }));
+    SK_RETURN_IF_ERROR(read.check);
+    FileCopy copy{relative, std::move(read.bytes), 0, {}};
     copy.size = copy.bytes->size();
     files_.push_back(std::move(copy));
     return Status::Ok();
   }
 
-  Status AddStreamedFile(const std::string& relative, std::vector<ChunkSpan> chunks) {
+  // A file copied in pieces, each span of `chunks` checked as it streams
+  // past; with `checksum`, the whole file is one such span (a value file).
+  Status AddStreamedFile(const std::string& relative, std::vector<ChunkSpan> chunks,
+                         std::optional<uint64_t> checksum = std::nullopt) {
     const std::string file = src_root_ + "/" + relative;
     SK_ASSIGN_OR_RETURN(const uint64_t size, from_->FileSize(file));
+    if (checksum) chunks.push_back({0, size, *checksum, "value"});
     std::sort(chunks.begin(), chunks.end(),
               [](const ChunkSpan& a, const ChunkSpan& b) { return a.offset < b.offset; });
     for (const ChunkSpan& chunk : chunks) {
       if (chunk.offset > size || chunk.length > size - chunk.offset) {
-        return CorruptionError("chunk of leaf #" + std::to_string(chunk.leaf) + " in " + file +
-                               " at offset " + std::to_string(chunk.offset) + " of " +
-                               std::to_string(chunk.length) +
-                               " bytes lies past the end of the file (" +
+        return CorruptionError(chunk.what + " in " + file + " at offset " +
+                               std::to_string(chunk.offset) + " of " +
+                               std::to_string(chunk.length) + " bytes lies past the end of the file (" +
                                std::to_string(size) + " bytes); nothing was copied");
       }
     }
@@ -159,15 +173,17 @@ class CheckpointCopy {
   // Lists the files of every checkpointable, reading and checking the
   // small ones.
   Status Plan() {
-    auto meta_check = [](const std::string& bytes, const std::string& file) {
-      return format::DecodeCheckpointableMeta(bytes, file).status();
-    };
     for (const format::CheckpointableEntry& entry : commit_.checkpointables) {
       const std::string& name = entry.name;
+      auto meta_check = [&entry](const std::string& bytes, const std::string& file) {
+        SK_RETURN_IF_ERROR(format::CheckListedChecksum(bytes, entry.meta_checksum, file));
+        return format::DecodeCheckpointableMeta(bytes, file).status();
+      };
       SK_RETURN_IF_ERROR(AddSmallFile(name + "/" + format::kMetaFileName, meta_check));
       if (entry.kind == "json" || entry.kind == "bytes") {
         SK_RETURN_IF_ERROR(
-            AddStreamedFile(name + (entry.kind == "json" ? "/value.json" : "/value.bin"), {}));
+            AddStreamedFile(name + (entry.kind == "json" ? "/value.json" : "/value.bin"), {},
+                            entry.value_checksum));
         continue;
       }
       auto listed = commit_.index_files.find(name);
@@ -180,7 +196,8 @@ class CheckpointCopy {
                               format::DecodeIndex(bytes, file));
           for (const format::ChunkRecord& record : records) {
             data_files[name + "/" + format::DataFileName(process, record.data_file)]
-                .push_back({record.offset, record.stored_length, record.checksum, record.leaf});
+                .push_back({record.offset, record.stored_length, record.checksum,
+                            "chunk of leaf #" + std::to_string(record.leaf)});
           }
           return Status::Ok();
         };
@@ -269,7 +286,10 @@ class CheckpointCopy {
 
   Status Commit() {
     const std::string record = DestinationRecord();
-    if (!target_.renames()) return target_.Commit(record, options_.force);
+    std::vector<std::string> files;
+    for (const FileCopy& file : files_) files.push_back(file.relative);
+    if (!target_.renames()) return target_.Commit(record, options_.force, files);
+    files.push_back(format::kCommitFileName);
     const std::string& tmp = target_.folder();
     SK_RETURN_IF_ERROR(
         to_->WriteAll(tmp + "/" + format::kCommitFileName, record, /*sync=*/true));
@@ -284,7 +304,7 @@ class CheckpointCopy {
       }
     }
     for (const std::string& dir : dirs) SK_RETURN_IF_ERROR(to_->SyncDir(dir));
-    return target_.Commit(record, options_.force);
+    return target_.Commit(record, options_.force, files);
   }
 
   std::shared_ptr<Storage> from_;

@@ -163,6 +163,24 @@ TEST(CopyCheckpoint, DamagedChunkFailsTheCopyAndLeavesNothing) {
   EXPECT_FALSE(*storage->Exists("dst.shardkeep-tmp"));
 }
 
+// meta.json and a value file whose bytes changed but still decode are
+// refused by the checksums the record lists, before anything is copied.
+TEST(CopyCheckpoint, ChangedMetaJsonOrValueFailsTheCopy) {
+  for (const std::string file : {"src/state/meta.json", "src/blob/value.bin"}) {
+    SCOPED_TRACE(file);
+    auto storage = NewMemoryStorage();
+    WriteSource(storage, "src");
+    SK_ASSERT_OK_AND_ASSIGN(std::string bytes, storage->ReadAll(file));
+    bytes[bytes.size() / 2] ^= 0x01;
+    SK_ASSERT_OK(storage->WriteAll(file, bytes, false));
+    Result<CopyReport> copied = CopyCheckpoint(storage, "src", storage, "dst", SmallPieces());
+    EXPECT_EQ(copied.status().code(), StatusCode::kCorruption);
+    EXPECT_TRUE(Has(copied.status().message(), file)) << copied.status().ToString();
+    EXPECT_TRUE(Has(copied.status().message(), "checksum mismatch"));
+    EXPECT_FALSE(*storage->Exists("dst"));
+  }
+}
+
 // A folder to an object store's layout (a generation committed by a
 // conditional create) and back: the same files, the same record.
 TEST(CopyCheckpoint, FolderToObjectStoreAndBackIsBitExact) {

@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "format/commit_record.h"
@@ -167,7 +169,9 @@ void RemoveOtherGenerations(Storage& storage, const std::string& path,
   if (!entries.ok()) return;
   for (const std::string& entry : *entries) {
     if (entry == generation || entry == format::kCommitFileName) continue;
-    if (format::IsGenerationFolderName(entry) || force) {
+    if (format::IsGenerationFolderName(entry)) {
+      (void)DiscardGeneration(storage, path, entry);
+    } else if (force) {
       (void)storage.DeleteRecursive(path + "/" + entry);
     }
   }
@@ -178,6 +182,39 @@ void RemoveOtherGenerations(Storage& storage, const std::string& path,
 Status DiscardFolder(Storage& storage, const std::string& dir) {
   const Status unrecorded = storage.DeleteFile(dir + "/" + format::kCommitFileName);
   if (!unrecorded.ok() && unrecorded.code() != StatusCode::kNotFound) return unrecorded;
+  return storage.DeleteRecursive(dir);
+}
+
+Status DiscardGeneration(Storage& storage, const std::string& path,
+                         const std::string& generation) {
+  const std::string dir = path + "/" + generation;
+  SK_ASSIGN_OR_RETURN(const LeaseView lease, ReadLease(storage, dir));
+  if (lease.verdict == LeaseVerdict::kLive) {
+    return InvalidArgumentError(dir + " is kept: a save in flight holds its lease (" +
+                                lease.description + ")");
+  }
+  Result<std::string> record = storage.ReadAll(RecordFile(path));
+  if (record.ok()) {
+    Result<format::CommitRecord> decoded =
+        format::DecodeCommitRecord(*record, RecordFile(path));
+    if (!decoded.ok() || decoded->data_folder == generation) {
+      return InvalidArgumentError(dir + " is kept: " +
+                                  (decoded.ok() ? "it holds the committed checkpoint"
+                                                : "the commit record beside it (" +
+                                                      decoded.status().ToString() +
+                                                      ") may name it"));
+    }
+  } else if (record.status().code() != StatusCode::kNotFound) {
+    return record.status();
+  }
+  Result<std::vector<std::string>> names = storage.List(dir);
+  if (names.status().code() == StatusCode::kNotFound) return Status::Ok();
+  SK_RETURN_IF_ERROR(names.status());
+  for (const std::string& name : *names) {
+    if (!format::LeaseSequenceOf(name)) continue;
+    const Status deleted = storage.DeleteFile(dir + "/" + name);
+    if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) return deleted;
+  }
   return storage.DeleteRecursive(dir);
 }
 
@@ -252,10 +289,40 @@ std::optional<std::string> CommitTarget::data_folder() const {
 Status CommitTarget::Prepare(bool force, const std::string& force_hint) {
   SK_RETURN_IF_ERROR(CheckCommitTarget(storage_, path_, force, !renames_, force_hint)
                          .WithContext(context_));
-  if (renames_) return DiscardFolder(storage_, folder_).WithContext(context_);
-  generation_ = NewGenerationName();
-  folder_ = path_ + "/" + generation_;
-  return Status::Ok();
+  if (!renames_) {
+    generation_ = NewGenerationName();
+    folder_ = path_ + "/" + generation_;
+    // The lease is the generation's first object: it never exists without.
+    SK_ASSIGN_OR_RETURN(lease_, LeaseHolder::Acquire(storage_, folder_));
+    return Status::Ok();
+  }
+  // The temporary folder exists for a moment before its lease: a collector
+  // that looks then may take it (docs/FORMAT.md §7), and the lease's write
+  // finds no folder. Rare, so it is simply tried again.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    SK_ASSIGN_OR_RETURN(const LeaseView other, ReadLease(storage_, folder_));
+    if (other.verdict == LeaseVerdict::kLive) {
+      return AlreadyExistsError(context_ + ": another save of " + path_ +
+                                " is in flight: " + folder_ + " is " + other.description);
+    }
+    SK_RETURN_IF_ERROR(DiscardFolder(storage_, folder_).WithContext(context_));
+    SK_RETURN_IF_ERROR(storage_.CreateDir(folder_).WithContext(context_));
+    Result<std::unique_ptr<LeaseHolder>> lease = LeaseHolder::Acquire(storage_, folder_);
+    if (lease.ok()) {
+      lease_ = std::move(*lease);
+      return Status::Ok();
+    }
+    if (lease.status().code() != StatusCode::kNotFound) {
+      return lease.status().WithContext(context_);
+    }
+    if (attempt == kAttempts) {
+      return LeaseLostError(context_ + ": another process removed " + folder_ + " " +
+                            std::to_string(kAttempts) +
+                            " times as this save created it (" + lease.status().ToString() +
+                            "); nothing was written");
+    }
+  }
 }
 
 Status CommitTarget::Adopt(const std::string& generation) {
@@ -267,12 +334,70 @@ Status CommitTarget::Adopt(const std::string& generation) {
   return Status::Ok();
 }
 
-Status CommitTarget::Commit(const std::string& record, bool force) {
-  if (renames_) return MakeVisible(storage_, folder_, path_).WithContext(context_);
-  return CommitGeneration(storage_, path_, generation_, record, force, context_);
+Status CommitTarget::CheckLease() {
+  return lease_ == nullptr ? Status::Ok() : lease_->Check().WithContext(context_);
+}
+
+Status CommitTarget::CheckWhole(const std::vector<std::string>& files) {
+  std::map<std::string, std::set<std::string>> by_folder;
+  for (const std::string& file : files) {
+    const size_t slash = file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : file.substr(0, slash);
+    by_folder[dir].insert(file.substr(slash + 1));
+  }
+  std::vector<std::string> missing;
+  for (const auto& [dir, names] : by_folder) {
+    Result<std::vector<std::string>> present =
+        storage_.List(dir.empty() ? folder_ : folder_ + "/" + dir);
+    if (!present.ok() && present.status().code() != StatusCode::kNotFound) {
+      return present.status().WithContext(context_ + ": checking its folder before the commit");
+    }
+    const std::set<std::string> found =
+        present.ok() ? std::set<std::string>(present->begin(), present->end())
+                     : std::set<std::string>();
+    for (const std::string& name : names) {
+      if (!found.contains(name)) missing.push_back(dir.empty() ? name : dir + "/" + name);
+    }
+  }
+  if (missing.empty()) return Status::Ok();
+  std::string list;
+  for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
+  if (missing.size() > 5) list += " and " + std::to_string(missing.size() - 5) + " more";
+  return LeaseLostError(context_ + ": " + folder_ + " lost files before the commit (" + list +
+                        "): another process removed them; nothing was committed");
+}
+
+Status CommitTarget::Commit(const std::string& record, bool force,
+                            const std::vector<std::string>& files) {
+  Status checked = CheckLease();
+  if (checked.ok()) checked = CheckWhole(files);
+  if (!checked.ok()) {
+    ReleaseLease(folder_);
+    return checked;
+  }
+  Status committed =
+      renames_ ? MakeVisible(storage_, folder_, path_).WithContext(context_)
+               : CommitGeneration(storage_, path_, generation_, record, force, context_);
+  // Renamed, the lease file now lies in the checkpoint; a crash before its
+  // deletion leaves it there, where nothing reads it.
+  ReleaseLease(renames_ && committed.ok() ? path_ : folder_);
+  return committed;
+}
+
+void CommitTarget::ReleaseLease(const std::string& folder_now) {
+  if (lease_ == nullptr) return;
+  lease_->Release(folder_now);
+  lease_.reset();
 }
 
 void CommitTarget::Discard() {
+  // Renewing no more first, so that no renewal writes into what is
+  // deleted; the lease file goes with the folder (one request fewer on a
+  // store that may be failing).
+  if (lease_ != nullptr) {
+    lease_->StopRenewing();
+    lease_.reset();
+  }
   if (renames_) {
     (void)DiscardFolder(storage_, folder_);
   } else if (!generation_.empty()) {

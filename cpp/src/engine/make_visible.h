@@ -5,9 +5,12 @@
 // what is there when asked to (`force`).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "engine/lease.h"
 #include "shardkeep/checkpoint_root.h"  // the folder suffixes
 #include "shardkeep/storage.h"
 
@@ -37,6 +40,17 @@ Status MakeVisible(Storage& storage, const std::string& tmp,
 // still decodes while its data files are partly gone.
 Status DiscardFolder(Storage& storage, const std::string& dir);
 
+// Deletes the generation folder `generation` of the checkpoint at `path`,
+// unless a live lease covers it (a save in flight) or the commit record at
+// `path` names it (or cannot be decoded): InvalidArgument saying which.
+// The record is read after the lease, and a save creates its record before
+// it releases its lease, so a save that committed meanwhile is never taken
+// for a dead one. The lease files go first, so that a holder stalled past
+// its lease learns at its next renewal or check that its files are being
+// deleted. OK when it does not exist.
+Status DiscardGeneration(Storage& storage, const std::string& path,
+                         const std::string& generation);
+
 // Refuses, unless `force`, a commit at `path` that would replace something:
 // a committed checkpoint, or a folder holding anything else (with
 // `generations`, the layout of storage without rename, the generation
@@ -62,7 +76,9 @@ Status CommitGeneration(Storage& storage, const std::string& path,
 
 // The one place that decides how a save or a copy commits at `path`, from
 // the storage's features: where the files are written before the commit,
-// what is prepared and discarded, and the commit point itself.
+// what is prepared and discarded, and the commit point itself. The
+// committing process holds a lease on the folder from Prepare until the
+// commit or Discard (engine/lease.h), so that collectors leave it alone.
 //  - Renaming (StorageFeatures::atomic_rename): the files go to
 //    <path>.shardkeep-tmp, which MakeVisible moves to <path>.
 //  - Generations (no atomic rename, conditional_create: object stores):
@@ -87,9 +103,11 @@ class CommitTarget {
 
   // The committing process's preparation: refuses, unless `force`, a path
   // that holds something (CheckCommitTarget, ending with `force_hint`);
-  // then, renaming, deletes a stale temporary folder; with generations,
-  // draws a fresh one and deletes nothing (another job may be writing its
-  // own generation there).
+  // then, renaming, refuses a temporary folder another save holds a live
+  // lease on (AlreadyExists naming it), deletes a stale one and creates it
+  // afresh; with generations, draws a fresh one and deletes nothing
+  // (another job may be writing its own generation there). Either way it
+  // takes the lease of the folder before anything is written into it.
   Status Prepare(bool force, const std::string& force_hint);
   // The other processes of a save, generations only: the generation the
   // committing process drew. Internal for a name that is not one.
@@ -98,9 +116,19 @@ class CommitTarget {
   // Renaming: folder() must hold the whole checkpoint, its _SHARDKEEP
   // included, durably; `record` is not used. Generations: creates
   // <path>/_SHARDKEEP holding `record` (which must name data_folder()).
-  Status Commit(const std::string& record, bool force);
+  // First checks that the lease is still this target's and that
+  // folder() still holds every file of `files` (paths relative to it):
+  // LeaseLost naming what is missing otherwise, and nothing is committed.
+  // Releases the lease afterwards, whatever the outcome.
+  Status Commit(const std::string& record, bool force,
+                const std::vector<std::string>& files);
+  // LeaseLost when the lease this process holds was lost (OK when it holds
+  // none): what explains a failed write into a folder another process
+  // removed.
+  Status CheckLease();
   // After a failure that left no commit: deletes folder(), best effort
-  // (the next commit at the path removes what is left).
+  // (the next commit at the path removes what is left), and releases the
+  // lease.
   void Discard();
 
  private:
@@ -108,8 +136,13 @@ class CommitTarget {
   const std::string path_;
   const std::string context_;
   const bool renames_;
+  // The files of Commit's `files` missing from folder(), listed by folder.
+  Status CheckWhole(const std::vector<std::string>& files);
+  void ReleaseLease(const std::string& folder_now);
+
   std::string generation_;  // generations: once drawn or learnt
   std::string folder_;
+  std::unique_ptr<LeaseHolder> lease_;  // the committing process's, from Prepare
 };
 
 }  // namespace shardkeep::internal

@@ -263,6 +263,25 @@ TEST(MultiprocessSaveTest, AllProcessesSaveTheirShards) {
   }
 }
 
+// Without an operation id each process would number its saves itself, and
+// one that skipped a save would meet the others at another save's barrier:
+// several processes must be given one id, and are refused at once without.
+TEST(MultiprocessSaveTest, ASaveBySeveralProcessesNeedsAnOperationId) {
+  Job job;
+  SimulatedGroup group(kProcesses);
+  TrainState state(0.5f);
+  const std::vector<Status> statuses = RunProcesses([&](int p) {
+    return Save(job.view(p), group.Member(p), RequestOf(p, state, ""), TestOptions(5));
+  });
+  for (const Status& status : statuses) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find("needs SaveRequest::operation_id"), std::string::npos)
+        << status.ToString();
+  }
+  SK_ASSERT_OK_AND_ASSIGN(bool written, job.shared()->Exists(kTmp));
+  EXPECT_FALSE(written);
+}
+
 // Every storage call the protocol's steps make, and the occurrences of each
 // to fail: the first, the second and the last one a process makes.
 // (Every file is written through OpenForAppend, so WriteAll is not one.)

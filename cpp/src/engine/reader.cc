@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "engine/byte_limiter.h"
+#include "engine/checked_read.h"
 #include "engine/chunk_checks.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
@@ -241,8 +242,14 @@ class Reader final : public CheckpointReader {
       return InvalidArgumentError("checkpointable '" + name +
                                   "' is a pytree, not a json/bytes value");
     }
-    return storage_->ReadAll(Folder(name) + "/" +
-                             (kind == "json" ? "value.json" : "value.bin"));
+    const std::string file = Folder(name) + "/" + (kind == "json" ? "value.json" : "value.bin");
+    SK_ASSIGN_OR_RETURN(
+        internal::CheckedBytes read,
+        internal::ReadAllChecked(*storage_, file, [&](const std::string& bytes) {
+          return format::CheckListedChecksum(bytes, Listed(name)->value_checksum, file);
+        }));
+    SK_RETURN_IF_ERROR(read.check);
+    return std::move(read.bytes);
   }
 
   Status Read(const std::string& name, const std::vector<ReadRequest>& requests,
@@ -284,13 +291,21 @@ class Reader final : public CheckpointReader {
   }
 
   Result<std::string> CheckListed(const std::string& name) const {
+    if (const format::CheckpointableEntry* entry = Listed(name)) return entry->kind;
     std::string listed;
     for (const auto& entry : commit_.checkpointables) {
-      if (entry.name == name) return entry.kind;
       listed += (listed.empty() ? "" : ", ") + entry.name;
     }
     return NotFoundError("checkpoint " + path_ + " has no checkpointable '" + name +
                          "' (it has: " + listed + ")");
+  }
+
+  // The record's entry for `name`; null when it lists none.
+  const format::CheckpointableEntry* Listed(const std::string& name) const {
+    for (const auto& entry : commit_.checkpointables) {
+      if (entry.name == name) return &entry;
+    }
+    return nullptr;
   }
 
   // The folder of checkpointable `name`: beside _SHARDKEEP, or in the
@@ -318,7 +333,7 @@ class Reader final : public CheckpointReader {
 
   static format::CommitRecord SafetensorsRecord() {
     format::CommitRecord record;
-    record.checkpointables.push_back({kSafetensorsName, "pytree"});
+    record.checkpointables.push_back({kSafetensorsName, "pytree", std::nullopt, std::nullopt});
     return record;
   }
 
@@ -331,9 +346,18 @@ class Reader final : public CheckpointReader {
     SK_RETURN_IF_ERROR(CheckListed(name).status());
     const std::string file = Folder(name) + "/" + format::kMetaFileName;
     auto loaded = std::make_unique<LoadedMeta>();
-    SK_ASSIGN_OR_RETURN(loaded->json, storage_->ReadAll(file));
-    SK_ASSIGN_OR_RETURN(loaded->meta,
-                        format::DecodeCheckpointableMeta(loaded->json, file));
+    // Its bytes are checked against the record before they are decoded.
+    SK_ASSIGN_OR_RETURN(
+        internal::CheckedBytes read,
+        internal::ReadAllChecked(*storage_, file, [&](const std::string& bytes) {
+          SK_RETURN_IF_ERROR(
+              format::CheckListedChecksum(bytes, Listed(name)->meta_checksum, file));
+          Result<format::CheckpointableMeta> meta = format::DecodeCheckpointableMeta(bytes, file);
+          if (meta.ok()) loaded->meta = std::move(*meta);
+          return meta.status();
+        }));
+    SK_RETURN_IF_ERROR(read.check);
+    loaded->json = std::move(read.bytes);
     return (metas_[name] = std::move(loaded)).get();
   }
 
@@ -350,13 +374,19 @@ class Reader final : public CheckpointReader {
     if (listed == commit_.index_files.end()) return &Remember(name, std::move(part));
     for (const std::string& index : listed->second) {
       const std::string file = Folder(name) + "/" + index;
-      Result<std::string> bytes = storage_->ReadAll(file);
-      if (bytes.status().code() == StatusCode::kNotFound) {
+      std::vector<format::ChunkRecord> records;
+      Result<internal::CheckedBytes> read =
+          internal::ReadAllChecked(*storage_, file, [&](const std::string& bytes) {
+            Result<std::vector<format::ChunkRecord>> decoded = format::DecodeIndex(bytes, file);
+            if (decoded.ok()) records = std::move(*decoded);
+            return decoded.status();
+          });
+      if (read.status().code() == StatusCode::kNotFound) {
         return CorruptionError("checkpoint " + path_ + " is incomplete: " + file +
                                ", listed in _SHARDKEEP, is missing");
       }
-      SK_RETURN_IF_ERROR(bytes.status());
-      SK_ASSIGN_OR_RETURN(auto records, format::DecodeIndex(*bytes, file));
+      SK_RETURN_IF_ERROR(read.status());
+      SK_RETURN_IF_ERROR(read->check);
       const int process = internal::ProcessOfIndexFile(index);
       for (auto& record : records) {
         SK_RETURN_IF_ERROR(internal::CheckChunkRecord(part->meta, record, file));
@@ -545,7 +575,7 @@ class Reader final : public CheckpointReader {
       ChunkRead& read = *range.chunks.front();
       SK_RETURN_IF_ERROR(
           storage_->ReadAt(file, range.offset, range.length, read.direct));
-      return Verify(part, read, read.direct, file);
+      return VerifyOrReread(part, read, read.direct, file);
     }
     if (range.chunks.front()->scatter) return ReadScattered(*range.chunks.front(), file);
     // The lengths come from an index: check them against the file before
@@ -606,8 +636,8 @@ class Reader final : public CheckpointReader {
     std::vector<uint8_t> decompressed;
     for (ChunkRead* read : range.chunks) {
       const auto& record = read->chunk->record;
-      const uint8_t* stored = buffer + (record.offset - range.offset);
-      SK_RETURN_IF_ERROR(Verify(part, *read, stored, file));
+      uint8_t* stored = buffer + (record.offset - range.offset);
+      SK_RETURN_IF_ERROR(VerifyOrReread(part, *read, stored, file));
       const uint8_t* raw = stored;
       if (record.codec == format::Codec::kZstd) {
         SK_RETURN_IF_ERROR(internal::DecompressChunk(
@@ -654,6 +684,15 @@ class Reader final : public CheckpointReader {
                                         part.meta.leaves[record.leaf].path, file);
   }
 
+  // Verify, and on remote storage a second read of a chunk that fails.
+  Status VerifyOrReread(const OpenCheckpointable& part, const ChunkRead& read,
+                        uint8_t* stored, const std::string& file) {
+    const auto& record = read.chunk->record;
+    return internal::RereadAfterFailedCheck(
+        *storage_, Verify(part, read, stored, file), file, record.offset,
+        record.stored_length, stored, [&] { return Verify(part, read, stored, file); });
+  }
+
   std::shared_ptr<Storage> storage_;
   const std::string path_;
   const std::string root_;  // the folder holding the checkpointable folders
@@ -685,19 +724,24 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenSafetensors(
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     std::shared_ptr<Storage> storage, const std::string& path) {
   const std::string file = path + "/" + format::kCommitFileName;
-  Result<std::string> bytes = storage->ReadAll(file);
-  if (!bytes.ok()) {
-    if (bytes.status().code() == StatusCode::kNotFound) {
+  format::CommitRecord commit;
+  Result<internal::CheckedBytes> read =
+      internal::ReadAllChecked(*storage, file, [&](const std::string& bytes) {
+        Result<format::CommitRecord> decoded = format::DecodeCommitRecord(bytes, file);
+        if (decoded.ok()) commit = std::move(*decoded);
+        return decoded.status();
+      });
+  if (!read.ok()) {
+    if (read.status().code() == StatusCode::kNotFound) {
       return NotFoundError("no committed checkpoint at " + path + ": " + file +
                            " does not exist (the path is wrong, or its save "
                            "never committed)");
     }
-    return bytes.status();
+    return read.status();
   }
-  SK_ASSIGN_OR_RETURN(format::CommitRecord commit,
-                      format::DecodeCommitRecord(*bytes, file));
+  SK_RETURN_IF_ERROR(read->check);
   std::unique_ptr<CheckpointReader> reader = std::make_unique<Reader>(
-      std::move(storage), path, std::move(commit), std::move(*bytes));
+      std::move(storage), path, std::move(commit), std::move(read->bytes));
   return reader;
 }
 

@@ -15,6 +15,7 @@
 #include "format/index.h"
 #include "shardkeep/checkpoint.h"
 #include "storage/fault_injection.h"
+#include "testing/forged_checkpoint.h"
 #include "testing/payloads.h"
 #include "testing/status_matchers.h"
 
@@ -39,7 +40,7 @@ void WriteCheckpoint(Storage& storage, const std::string& meta_json,
                      const std::vector<format::ChunkRecord>& records,
                      const std::string& data) {
   format::CommitRecord commit;
-  commit.checkpointables = {{"state", "pytree"}};
+  commit.checkpointables = {format::ListCheckpointable("state", "pytree", meta_json, "")};
   commit.index_files["state"] = {format::IndexFileName(0)};
   SK_ASSERT_OK(storage.CreateDir(kPath + "/state/index"));
   SK_ASSERT_OK(storage.CreateDir(kPath + "/state/data"));
@@ -163,6 +164,7 @@ TEST_F(ReaderChunksTest, InvalidTreeIsCorruptionNamingTheNode) {
   meta["tree"]["keys"].push_back("again");
   meta["tree"]["children"].push_back({{"type", "leaf"}, {"leaf", 0}});
   SK_ASSERT_OK(storage_->WriteAll(meta_file, meta.dump(), false));
+  SK_ASSERT_OK(testdata::RelistCheckpointFiles(*storage_, kPath));
   SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, kPath));
   ExpectCorruption(reader->MetaJson("state").status(),
                    {meta_file, "tree node /tree/children/1", "leaf 0 is already used"});
@@ -173,9 +175,11 @@ TEST_F(ReaderChunksTest, InvalidTreeIsCorruptionNamingTheNode) {
 // four processes; python/tests/test_compat_checkpoints.py checks their
 // values): the raw and the zstd one hold the same leaves, which must read
 // back identically, every chunk verified.
-TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
+class ReaderCompat : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   auto storage = NewFileStorage();
-  const std::string root = std::string(SHARDKEEP_TESTDATA_DIR) + "/compat/v1/";
+  const std::string root = std::string(SHARDKEEP_TESTDATA_DIR) + "/compat/" + GetParam() + "/";
   SK_ASSERT_OK_AND_ASSIGN(auto raw, CheckpointReader::Open(storage, root + "raw"));
   SK_ASSERT_OK_AND_ASSIGN(auto zstd, CheckpointReader::Open(storage, root + "zstd"));
   SK_ASSERT_OK_AND_ASSIGN(std::string text, raw->MetaJson("state"));
@@ -198,6 +202,9 @@ TEST(ReaderCompat, RawAndZstdCheckpointsReadTheSame) {
   SK_ASSERT_OK_AND_ASSIGN(std::string blob, zstd->ReadValue("blob"));
   EXPECT_EQ(blob.size(), 256u + 9u);
 }
+
+// Every format version's compatibility checkpoints.
+INSTANTIATE_TEST_SUITE_P(Versions, ReaderCompat, ::testing::Values("v1", "v2"));
 
 // A storage far away (S3) asks for more reads in flight than cores; the
 // reader follows its hint unless Options::io_threads says otherwise.

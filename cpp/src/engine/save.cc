@@ -127,8 +127,8 @@ std::string FormatSeconds(double seconds) {
   return text;
 }
 
-// Every process numbers its saves in the same order, so the n-th save has
-// the same barrier keys everywhere and never reuses an earlier one's.
+// The prefix of this save's keys. A single process numbers its own saves;
+// several processes must be given one id (SaveRequest::operation_id).
 std::string OperationId(const SaveRequest& request) {
   static std::atomic<uint64_t> sequence{0};
   const std::string n = request.operation_id.empty()
@@ -237,6 +237,15 @@ class SaveOperation {
 
   // Steps 1–2.
   Status Prepare() {
+    // Without an id the processes' keys differ: no agreement could carry
+    // this failure, so every process fails here on its own.
+    if (request_.operation_id.empty() && coordinator_->process_count() > 1) {
+      return InvalidArgumentError(
+          "save of " + request_.path + ": a save by " +
+          std::to_string(coordinator_->process_count()) +
+          " processes needs SaveRequest::operation_id (CheckpointWriter::SetOperationId), "
+          "the same on every process and new for every save, to name its barriers");
+    }
     Status local = ValidateRequest(request_);
     if (local.ok()) local = ParseJsonObject(request_.custom_metadata_json, "custom_metadata",
                                             custom_metadata_);
@@ -261,7 +270,7 @@ class SaveOperation {
     // The primary of a rename commit syncs its files with the commit's
     // (CommitByRename); everyone else's must be durable before "written".
     if (local.ok() && !PrimaryDefersSyncs()) local = unsynced_.SyncAll(*storage_);
-    Status written = Agree("written", ExplainIfOutOfSpace(local));
+    Status written = Agree("written", ExplainIfOutOfSpace(ExplainIfLeaseLost(local)));
     if (!written.ok()) {
       unsynced_.Discard();
       written = ExplainIfOvertaken(std::move(written));
@@ -269,7 +278,7 @@ class SaveOperation {
       return written;
     }
     if (!coordinator_->is_primary()) return AwaitCommit();
-    Status committed = ExplainIfOutOfSpace(Commit());
+    Status committed = ExplainIfOutOfSpace(ExplainIfLeaseLost(Commit()));
     unsynced_.Discard();  // what a failed commit left unsynced
     // Best effort: a peer that cannot read this times out on its own.
     (void)coordinator_->KeyValueSet(Key("result"), committed.ok()
@@ -518,6 +527,17 @@ class SaveOperation {
     if (coordinator_->is_primary()) target_.Discard();
   }
 
+  // A write that failed because another process removed the folder (it
+  // judged the save dead; files then go missing) is reported as the lost
+  // lease it is. Other failures ask the storage nothing more.
+  Status ExplainIfLeaseLost(const Status& status) {
+    if (status.code() != StatusCode::kNotFound) return status;
+    const Status lease = target_.CheckLease();
+    if (lease.ok()) return status;
+    return Status(StatusCode::kLeaseLost, lease.message() + " (writing failed: " +
+                                              status.ToString() + ")");
+  }
+
   // A full disk is named as such, with what this process meant to write.
   Status ExplainIfOutOfSpace(const Status& status) const {
     if (status.code() != StatusCode::kOutOfSpace) return status;
@@ -584,7 +604,8 @@ class SaveOperation {
     record.custom_metadata = custom_metadata_;
     record.metrics = metrics_;
     for (const CheckpointablePayload& part : request_.parts) {
-      record.checkpointables.push_back({part.name, part.kind});
+      record.checkpointables.push_back(
+          format::ListCheckpointable(part.name, part.kind, part.meta_json, part.value));
       if (part.kind == "pytree") {
         std::vector<std::string>& files = record.index_files[part.name];
         for (int p = 0; p < record.process_count; ++p) {
@@ -643,7 +664,25 @@ class SaveOperation {
     unsynced_.AddDir(tmp);
     SK_RETURN_IF_ERROR(unsynced_.SyncAll(*storage_));
     SK_RETURN_IF_ERROR(ClaimCommit());
-    return target_.Commit("", request_.force);
+    return target_.Commit("", request_.force, CommittedFiles(record));
+  }
+
+  // The files the commit point makes a checkpoint of, relative to the
+  // folder: what the commit checks are still there (a collector that took
+  // the save for a leftover would have removed them). Data files are not
+  // listed: each index is written after its data, and a collector removes
+  // a whole folder (renaming storage) or starts with its lease.
+  std::vector<std::string> CommittedFiles(const format::CommitRecord& record) const {
+    std::vector<std::string> files;
+    if (target_.renames()) files.push_back(format::kCommitFileName);
+    for (const CheckpointablePayload& part : request_.parts) {
+      files.push_back(part.name + "/" + format::kMetaFileName);
+      if (part.kind != "pytree") files.push_back(part.name + "/" + ValueFileName(part.kind));
+      auto index = record.index_files.find(part.name);
+      if (index == record.index_files.end()) continue;
+      for (const std::string& file : index->second) files.push_back(part.name + "/" + file);
+    }
+    return files;
   }
 
   // Step 5 on storage without rename: the conditional creation of
@@ -658,7 +697,7 @@ class SaveOperation {
     record.committed_ns = NowNs();
     const std::string bytes = format::EncodeCommitRecord(record);
     SK_RETURN_IF_ERROR(ClaimCommit());
-    return target_.Commit(bytes, request_.force);
+    return target_.Commit(bytes, request_.force, CommittedFiles(record));
   }
 
   // On storage without rename, a save still writing when another save to

@@ -6,6 +6,7 @@
 #include "shardkeep/verify.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/byte_limiter.h"
+#include "engine/checked_read.h"
 #include "engine/chunk_checks.h"
 #include "engine/parallel.h"
 #include "format/checkpointable_meta.h"
@@ -58,17 +60,22 @@ class Verifier {
 
   Result<VerifyReport> Run() {
     const std::string record_file = path_ + "/" + format::kCommitFileName;
-    Result<std::string> bytes = storage_->ReadAll(record_file);
-    if (bytes.status().code() == StatusCode::kNotFound) {
+    std::optional<format::CommitRecord> commit;
+    Result<internal::CheckedBytes> read =
+        internal::ReadAllChecked(*storage_, record_file, [&](const std::string& bytes) {
+          Result<format::CommitRecord> decoded = format::DecodeCommitRecord(bytes, record_file);
+          if (decoded.ok()) commit = std::move(*decoded);
+          return decoded.status();
+        });
+    if (read.status().code() == StatusCode::kNotFound) {
       return NotFoundError("no committed checkpoint at " + path_ + ": " + record_file +
                            " does not exist");
     }
-    SK_RETURN_IF_ERROR(bytes.status());
-    Result<format::CommitRecord> commit = format::DecodeCommitRecord(*bytes, record_file);
+    SK_RETURN_IF_ERROR(read.status());
     // A newer format is not damage: this build cannot judge it.
-    if (commit.status().code() == StatusCode::kIncompatible) return commit.status();
-    if (!commit.ok()) {
-      Add({record_file, "", "", std::nullopt, commit.status().ToString()});
+    if (read->check.code() == StatusCode::kIncompatible) return read->check;
+    if (!read->check.ok()) {
+      Add({record_file, "", "", std::nullopt, read->check.ToString()});
       return Finish();
     }
     const std::string root =
@@ -107,35 +114,41 @@ class Verifier {
     Add({file, checkpointable, leaf, offset, status.ToString()});
   }
 
-  // Reads `file`; nullopt (with the problem recorded) when it is missing.
-  Result<std::optional<std::string>> ReadListed(const std::string& file,
-                                                const std::string& checkpointable) {
-    Result<std::string> bytes = storage_->ReadAll(file);
-    if (bytes.status().code() == StatusCode::kNotFound) {
+  // Reads `file` and has `check` (a checksum test, a decoder) judge its
+  // bytes, read twice on remote storage when they look corrupt
+  // (ReadAllChecked); nullopt, with the problem recorded, when the file is
+  // missing or `check` refuses it.
+  Result<std::optional<std::string>> ReadListed(
+      const std::string& file, const std::string& checkpointable,
+      const std::function<Status(const std::string&)>& check) {
+    Result<internal::CheckedBytes> read = internal::ReadAllChecked(*storage_, file, check);
+    if (read.status().code() == StatusCode::kNotFound) {
       Add({file, checkpointable, "", std::nullopt,
            "Corruption: checkpoint " + path_ + " is incomplete: " + file +
                " is missing"});
       return std::optional<std::string>();
     }
-    SK_RETURN_IF_ERROR(bytes.status());
-    return std::optional<std::string>(std::move(*bytes));
+    SK_RETURN_IF_ERROR(read.status());
+    if (!read->check.ok()) {
+      AddDecodeFailure(read->check, file, checkpointable);
+      return std::optional<std::string>();
+    }
+    return std::optional<std::string>(std::move(read->bytes));
   }
 
   Status CheckCheckpointable(const format::CheckpointableEntry& entry,
                              const std::string& folder,
                              const std::vector<std::string>& index_files) {
     const std::string meta_file = folder + "/" + format::kMetaFileName;
-    SK_ASSIGN_OR_RETURN(std::optional<std::string> meta_json, ReadListed(meta_file, entry.name));
     std::optional<format::CheckpointableMeta> meta;
-    if (meta_json) {
-      Result<format::CheckpointableMeta> decoded =
-          format::DecodeCheckpointableMeta(*meta_json, meta_file);
-      if (decoded.ok()) {
-        meta = std::move(*decoded);
-      } else {
-        AddDecodeFailure(decoded.status(), meta_file, entry.name);
-      }
-    }
+    SK_RETURN_IF_ERROR(ReadListed(meta_file, entry.name, [&](const std::string& bytes) {
+                         SK_RETURN_IF_ERROR(
+                             format::CheckListedChecksum(bytes, entry.meta_checksum, meta_file));
+                         Result<format::CheckpointableMeta> decoded =
+                             format::DecodeCheckpointableMeta(bytes, meta_file);
+                         if (decoded.ok()) meta = std::move(*decoded);
+                         return decoded.status();
+                       }).status());
     if (meta && meta->kind != entry.kind) {
       Add({meta_file, entry.name, "", std::nullopt,
            "Corruption: " + meta_file + " says kind '" + meta->kind + "' but " + path_ +
@@ -150,17 +163,18 @@ class Verifier {
   Status CheckValue(const format::CheckpointableEntry& entry, const std::string& folder) {
     const bool json = entry.kind == "json";
     const std::string file = folder + (json ? "/value.json" : "/value.bin");
-    if (!json) {
+    if (!json && !entry.value_checksum) {
+      // Version 1: nothing to check a blob against but its presence.
       Result<uint64_t> size = storage_->FileSize(file);
       if (size.status().code() != StatusCode::kNotFound) return size.status();
-      return ReadListed(file, entry.name).status();  // records it missing
     }
-    SK_ASSIGN_OR_RETURN(std::optional<std::string> text, ReadListed(file, entry.name));
-    if (text && !nlohmann::json::accept(*text)) {
-      Add({file, entry.name, "", std::nullopt,
-           "Corruption: " + file + " is not a JSON document"});
-    }
-    return Status::Ok();
+    return ReadListed(file, entry.name, [&](const std::string& bytes) {
+             SK_RETURN_IF_ERROR(format::CheckListedChecksum(bytes, entry.value_checksum, file));
+             if (json && !nlohmann::json::accept(bytes)) {
+               return CorruptionError(file + " is not a JSON document");
+             }
+             return Status::Ok();
+           }).status();
   }
 
   // Decodes every index of a pytree checkpointable and checks each record
@@ -173,14 +187,14 @@ class Verifier {
     bool every_index_read = true;
     for (const std::string& index : index_files) {
       const std::string file = folder + "/" + index;
-      SK_ASSIGN_OR_RETURN(std::optional<std::string> bytes, ReadListed(file, name));
-      if (!bytes) {
-        every_index_read = false;
-        continue;
-      }
-      Result<std::vector<format::ChunkRecord>> records = format::DecodeIndex(*bytes, file);
-      if (!records.ok()) {
-        AddDecodeFailure(records.status(), file, name);
+      std::optional<std::vector<format::ChunkRecord>> records;
+      SK_RETURN_IF_ERROR(ReadListed(file, name, [&](const std::string& read) {
+                           Result<std::vector<format::ChunkRecord>> decoded =
+                               format::DecodeIndex(read, file);
+                           if (decoded.ok()) records = std::move(*decoded);
+                           return decoded.status();
+                         }).status());
+      if (!records) {
         every_index_read = false;
         continue;
       }
@@ -293,7 +307,11 @@ class Verifier {
       return AddIfDamage(status, job.file, job.checkpointable, job.leaf, record.offset);
     };
     if (!read.ok()) return add(read);
-    const Status checksum = internal::CheckChunkChecksum(record, stored.get(), job.leaf, job.file);
+    auto check = [&] {
+      return internal::CheckChunkChecksum(record, stored.get(), job.leaf, job.file);
+    };
+    const Status checksum = internal::RereadAfterFailedCheck(
+        *storage_, check(), job.file, record.offset, record.stored_length, stored.get(), check);
     // A chunk whose bytes changed cannot be expected to decompress.
     if (!checksum.ok() || !zstd) return add(checksum);
     std::vector<uint8_t> raw;

@@ -237,6 +237,25 @@ TEST_F(VerifyTest, CorruptMetaJsonIsReportedAndChunksAreStillChecked) {
   EXPECT_EQ(report.chunks_checked, 5u);
 }
 
+// A flip that leaves meta.json and value.bin decodable (a digit of the
+// shape, a byte of the blob) is found by the checksums the record lists.
+TEST_F(VerifyTest, DecodableButChangedMetaJsonAndValueAreReported) {
+  const std::string meta = path_ + "/state/meta.json";
+  const std::string blob = path_ + "/blob/value.bin";
+  SK_ASSERT_OK_AND_ASSIGN(std::string text, storage_->ReadAll(meta));
+  text[text.find("12")] = '3';  // rows 12 -> 32
+  SK_ASSERT_OK(storage_->WriteAll(meta, text, false));
+  SK_ASSERT_OK(storage_->WriteAll(blob, "some bytez", false));
+  const VerifyReport report = Verify();
+  ASSERT_EQ(report.problems.size(), 2u) << Describe(report);
+  EXPECT_EQ(report.problems[0].file, blob);
+  EXPECT_EQ(report.problems[1].file, meta);
+  for (const VerifyProblem& problem : report.problems) {
+    EXPECT_TRUE(Has(problem.message, "checksum mismatch")) << problem.message;
+    EXPECT_TRUE(Has(problem.message, "_SHARDKEEP")) << problem.message;
+  }
+}
+
 TEST_F(VerifyTest, MissingMetaJsonAndValueFileAreReported) {
   SK_ASSERT_OK(storage_->DeleteFile(path_ + "/blob/value.bin"));
   SK_ASSERT_OK(storage_->DeleteFile(path_ + "/blob/meta.json"));

@@ -1,7 +1,11 @@
 #include "format/commit_record.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <iterator>
 #include <set>
 
 #include "format/json_parse.h"
@@ -10,6 +14,92 @@ namespace shardkeep::format {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
+
+// Checksums are written as 16 lower-case hexadecimal digits (a JSON number
+// could not hold every u64 exactly in every reader).
+constexpr size_t kChecksumDigits = 16;
+constexpr char kChecksumKey[] = "checksum";
+
+std::string ChecksumHex(uint64_t value) {
+  char digits[kChecksumDigits + 1];
+  std::snprintf(digits, sizeof(digits), "%016llx", static_cast<unsigned long long>(value));
+  return digits;
+}
+
+std::optional<uint64_t> ParseChecksumHex(std::string_view digits) {
+  if (digits.size() != kChecksumDigits) return std::nullopt;
+  uint64_t value = 0;
+  for (char c : digits) {
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else {
+      return std::nullopt;
+    }
+    value = value << 4 | static_cast<uint64_t>(d);
+  }
+  return value;
+}
+
+bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// Where the digits of the record's own checksum start: the bytes end with
+// the member "checksum": "<16 digits>" and the object's closing brace,
+// with JSON white space allowed between the tokens and after the brace.
+// npos when they do not. Found from the end, so no parse is needed to
+// check the bytes before they are decoded.
+size_t FindOwnChecksum(std::string_view bytes) {
+  size_t end = bytes.size();
+  auto skip_space = [&] {
+    while (end > 0 && IsJsonSpace(bytes[end - 1])) --end;
+  };
+  auto take = [&](std::string_view token) {
+    if (end < token.size() || bytes.substr(end - token.size(), token.size()) != token) {
+      return false;
+    }
+    end -= token.size();
+    return true;
+  };
+  skip_space();
+  if (!take("}")) return std::string_view::npos;
+  skip_space();
+  if (!take("\"") || end < kChecksumDigits) return std::string_view::npos;
+  const size_t digits = end - kChecksumDigits;
+  if (!ParseChecksumHex(bytes.substr(digits, kChecksumDigits))) return std::string_view::npos;
+  end = digits;
+  if (!take("\"")) return std::string_view::npos;
+  skip_space();
+  if (!take(":")) return std::string_view::npos;
+  skip_space();
+  if (!take(std::string("\"") + kChecksumKey + "\"")) return std::string_view::npos;
+  return digits;
+}
+
+// The record's checksum covers all its bytes, its own digits read as
+// zeros (what the encoder hashes before it fills them in).
+uint64_t OwnChecksum(std::string_view record, size_t digits) {
+  std::string zeroed(record);
+  zeroed.replace(digits, kChecksumDigits, kChecksumDigits, '0');
+  return FileChecksum(zeroed);
+}
+
+// Reads the checksum `key` of checkpointable `name` into `out` when
+// present; Corruption when present but not 16 lower-case hex digits, or
+// absent where `required`.
+Status GetEntryChecksum(const ordered_json& entry, const std::string& file,
+                        const std::string& name, const char* key, bool required,
+                        std::optional<uint64_t>* out) {
+  auto it = entry.find(key);
+  if (it == entry.end() && !required) return Status::Ok();
+  if (it != entry.end() && it->is_string()) {
+    *out = ParseChecksumHex(it->get<std::string>());
+    if (*out) return Status::Ok();
+  }
+  return CorruptionError(file + ": checkpointable \"" + name + "\": expected \"" + key +
+                         "\" to be 16 lower-case hexadecimal digits");
+}
 
 
 // Parses "index/p<N>.idx" with N a decimal without leading zeros that fits
@@ -86,8 +176,14 @@ std::string EncodeCommitRecord(const CommitRecord& record) {
   j["process_count"] = record.process_count;
   if (record.data_folder) j["data_folder"] = *record.data_folder;
   ordered_json checkpointables = ordered_json::object();
+  const bool checksummed = record.version >= kFirstChecksummedVersion;
   for (const CheckpointableEntry& e : record.checkpointables) {
-    checkpointables[e.name] = {{"kind", e.kind}};
+    ordered_json entry = {{"kind", e.kind}};
+    if (checksummed && e.meta_checksum) entry["meta_checksum"] = ChecksumHex(*e.meta_checksum);
+    if (checksummed && e.value_checksum) {
+      entry["value_checksum"] = ChecksumHex(*e.value_checksum);
+    }
+    checkpointables[e.name] = std::move(entry);
   }
   j["checkpointables"] = std::move(checkpointables);
   // index_files in checkpointable order (then any stray keys, sorted), so
@@ -103,8 +199,41 @@ std::string EncodeCommitRecord(const CommitRecord& record) {
   j["index_files"] = std::move(index_files);
   j["custom_metadata"] = ordered_json(record.custom_metadata);
   j["metrics"] = ordered_json(record.metrics);
+  // Last, so that a reader finds it from the end of the file.
+  if (checksummed) j[kChecksumKey] = std::string(kChecksumDigits, '0');
   // `replace` keeps dump() from throwing on invalid UTF-8 in user strings.
-  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  std::string text = j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  SealCommitRecord(text);
+  return text;
+}
+
+uint64_t FileChecksum(std::string_view bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+CheckpointableEntry ListCheckpointable(const std::string& name, const std::string& kind,
+                                       std::string_view meta_json, std::string_view value) {
+  CheckpointableEntry entry{name, kind, FileChecksum(meta_json), std::nullopt};
+  if (kind != "pytree") entry.value_checksum = FileChecksum(value);
+  return entry;
+}
+
+Status CheckListedChecksum(std::string_view bytes, std::optional<uint64_t> expected,
+                           const std::string& file) {
+  if (!expected) return Status::Ok();
+  const uint64_t actual = FileChecksum(bytes);
+  if (actual == *expected) return Status::Ok();
+  return CorruptionError(file + ": checksum mismatch: its " + std::to_string(bytes.size()) +
+                         " bytes hash to " + ChecksumHex(actual) + " but the commit record (" +
+                         kCommitFileName + ") lists " + ChecksumHex(*expected) +
+                         "; the file changed after the save committed, or was damaged on "
+                         "the way from storage");
+}
+
+void SealCommitRecord(std::string& record) {
+  const size_t digits = FindOwnChecksum(record);
+  if (digits == std::string_view::npos) return;
+  record.replace(digits, kChecksumDigits, ChecksumHex(OwnChecksum(record, digits)));
 }
 
 Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
@@ -112,6 +241,19 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
   auto corrupt = [&file](const std::string& what) {
     return CorruptionError(file + ": " + what);
   };
+  // The bytes are checked before anything is decoded from them: a flipped
+  // digit still parses, and a flipped version would be misread as newer.
+  const size_t own = FindOwnChecksum(bytes);
+  if (own != std::string_view::npos) {
+    const uint64_t stated = *ParseChecksumHex(bytes.substr(own, kChecksumDigits));
+    const uint64_t actual = OwnChecksum(bytes, own);
+    if (actual != stated) {
+      return corrupt("checksum mismatch: its " + std::to_string(bytes.size()) +
+                     " bytes hash to " + ChecksumHex(actual) + " but its \"checksum\" says " +
+                     ChecksumHex(stated) + "; the file was damaged after it was written, or "
+                     "on the way from storage");
+    }
+  }
   SK_ASSIGN_OR_RETURN(const ordered_json j, ParseJsonObject<ordered_json>(bytes, file));
   auto format = j.find("format");
   if (format == j.end() || !format->is_string() || *format != "shardkeep") {
@@ -127,10 +269,19 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
   if (v > kFormatVersion) {
     return IncompatibleError(
         file + ": written by a newer shardkeep (format version " +
-        std::to_string(v) + "), this reader supports " +
+        std::to_string(v) + "), this reader supports versions up to " +
         std::to_string(kFormatVersion) + "; upgrade shardkeep to read it");
   }
   record.version = static_cast<int>(v);
+  const bool checksummed = record.version >= kFirstChecksummedVersion;
+  // The member found from the end must be the object's own last member
+  // (not, say, the tail of a key with an escaped quote).
+  if (checksummed && (own == std::string_view::npos || j.empty() ||
+                      std::prev(j.end()).key() != kChecksumKey)) {
+    return corrupt("a format version " + std::to_string(v) +
+                   " record ends with its \"checksum\" member (16 lower-case hexadecimal "
+                   "digits); this one does not: it was damaged or edited");
+  }
 
   // "step" may be null or absent (a checkpoint outside a step sequence).
   if (auto step = j.find("step"); step != j.end() && !step->is_null()) {
@@ -183,7 +334,15 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
       return corrupt("checkpointable \"" + name +
                      "\": expected \"kind\" to be a name such as \"pytree\"");
     }
-    record.checkpointables.push_back({name, kind->get<std::string>()});
+    CheckpointableEntry listed{name, kind->get<std::string>(), std::nullopt, std::nullopt};
+    if (checksummed) {
+      SK_RETURN_IF_ERROR(GetEntryChecksum(entry, file, name, "meta_checksum", true,
+                                          &listed.meta_checksum));
+      const bool has_value = listed.kind != "pytree";  // value.json or value.bin
+      SK_RETURN_IF_ERROR(GetEntryChecksum(entry, file, name, "value_checksum", has_value,
+                                          &listed.value_checksum));
+    }
+    record.checkpointables.push_back(std::move(listed));
   }
 
   auto idx = j.find("index_files");

@@ -1,5 +1,7 @@
 #include "format/commit_record.h"
 
+#include <xxhash.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -19,8 +21,9 @@ std::string ReadTestFile(const std::string& name) {
 
 // The record in cpp/testdata/format/golden_SHARDKEEP. That file was
 // written by hand from docs/FORMAT.md (field names, order, types, two-space
-// indentation, final newline), not by the encoder; the encoder's output is
-// required to equal it byte for byte.
+// indentation, final newline), not by the encoder, its "checksum" computed
+// with Python's xxhash; the encoder's output is required to equal it byte
+// for byte. The meta and value checksums are arbitrary (there are no files).
 CommitRecord GoldenRecord() {
   CommitRecord r;
   r.step = 1200;
@@ -28,14 +31,23 @@ CommitRecord GoldenRecord() {
   r.committed_ns = 1700000000123456789;
   r.process_count = 2;
   // Deliberately not alphabetical: the order must survive.
-  r.checkpointables = {{"params", "pytree"},
-                       {"opt_state", "pytree"},
-                       {"dataset", "bytes"},
-                       {"config", "json"}};
+  r.checkpointables = {{"params", "pytree", 0x9c2f5e1a7b3d4680, std::nullopt},
+                       {"opt_state", "pytree", 0x5a0b1c2d3e4f6071, std::nullopt},
+                       {"dataset", "bytes", 0x0f1e2d3c4b5a6978, 0x8899aabbccddeeff},
+                       {"config", "json", 0x0123456789abcdef, 0xfedcba9876543210}};
   r.index_files["params"] = {"index/p0.idx", "index/p1.idx"};
   r.index_files["opt_state"] = {"index/p0.idx", "index/p1.idx"};
   r.custom_metadata = {{"run", "demo"}, {"seed", 7}};
   r.metrics = {{"loss", 0.25}};
+  return r;
+}
+
+// cpp/testdata/format/golden_v1_SHARDKEEP: the golden record as format
+// version 1 wrote it, without checksums.
+CommitRecord GoldenV1Record() {
+  CommitRecord r = GoldenRecord();
+  r.version = 1;
+  for (CheckpointableEntry& e : r.checkpointables) e.meta_checksum = e.value_checksum = std::nullopt;
   return r;
 }
 
@@ -50,6 +62,8 @@ void ExpectSameRecord(const CommitRecord& a, const CommitRecord& b) {
   for (size_t i = 0; i < a.checkpointables.size(); ++i) {
     EXPECT_EQ(a.checkpointables[i].name, b.checkpointables[i].name);
     EXPECT_EQ(a.checkpointables[i].kind, b.checkpointables[i].kind);
+    EXPECT_EQ(a.checkpointables[i].meta_checksum, b.checkpointables[i].meta_checksum);
+    EXPECT_EQ(a.checkpointables[i].value_checksum, b.checkpointables[i].value_checksum);
   }
   EXPECT_EQ(a.index_files, b.index_files);
   EXPECT_EQ(a.custom_metadata, b.custom_metadata);
@@ -69,8 +83,18 @@ void ExpectError(const std::string& text, StatusCode code,
       << r.status().message();
 }
 
+// `j` as a record whose own checksum holds: "checksum" moved last and
+// sealed, as a writer that made these changes would leave it.
+std::string Sealed(nlohmann::ordered_json j) {
+  j.erase("checksum");
+  j["checksum"] = std::string(16, '0');
+  std::string text = j.dump();
+  SealCommitRecord(text);
+  return text;
+}
+
 // The golden record with one top-level field replaced (or removed when
-// `value` is discarded).
+// `value` is discarded), its checksum sealed again.
 std::string WithField(const std::string& key, const nlohmann::ordered_json& value) {
   auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
   if (value.is_discarded()) {
@@ -78,7 +102,7 @@ std::string WithField(const std::string& key, const nlohmann::ordered_json& valu
   } else {
     j[key] = value;
   }
-  return j.dump();
+  return Sealed(std::move(j));
 }
 
 const nlohmann::ordered_json kRemove =
@@ -108,9 +132,122 @@ TEST(CommitRecordGolden, DecoderReadsGolden) {
   ExpectSameRecord(r, GoldenRecord());
 }
 
+// Version 1 records still decode, and a version-1 record is written as
+// version 1 wrote it (a copy of an old checkpoint keeps its format).
+TEST(CommitRecordGolden, VersionOneRecordDecodesAndEncodesAsItWas) {
+  const std::string golden = ReadTestFile("golden_v1_SHARDKEEP");
+  ASSERT_FALSE(golden.empty());
+  SK_ASSERT_OK_AND_ASSIGN(auto r, DecodeCommitRecord(golden, kFile));
+  ExpectSameRecord(r, GoldenV1Record());
+  EXPECT_EQ(EncodeCommitRecord(GoldenV1Record()), golden);
+}
+
+// Every single-bit flip anywhere in the record is refused as Corruption
+// naming the file: inside a number or a name it would still parse.
+TEST(CommitRecordChecksum, EveryFlippedBitIsRefused) {
+  const std::string golden = ReadTestFile("golden_SHARDKEEP");
+  for (size_t i = 0; i < golden.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string flipped = golden;
+      flipped[i] = static_cast<char>(flipped[i] ^ (1 << bit));
+      auto r = DecodeCommitRecord(flipped, kFile);
+      ASSERT_FALSE(r.ok()) << "byte " << i << " bit " << bit;
+      ASSERT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+      ASSERT_EQ(r.status().message().rfind(kFile + ": ", 0), 0u) << r.status().message();
+    }
+  }
+}
+
+TEST(CommitRecordChecksum, MismatchNamesBothChecksums) {
+  std::string text = EncodeCommitRecord(GoldenRecord());
+  text[text.find("1700000000123456789")] = '2';
+  ExpectError(text, StatusCode::kCorruption, "checksum mismatch: its ");
+  ExpectError(text, StatusCode::kCorruption, "but its \"checksum\" says 7812631e1cb3cdae");
+}
+
+// The checksum is found from the end whatever the white space, and covers
+// the bytes as written: any formatting whose checksum was sealed decodes.
+TEST(CommitRecordChecksum, FormattingIsFree) {
+  auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
+  std::string compact = j.dump();
+  SealCommitRecord(compact);
+  SK_ASSERT_OK_AND_ASSIGN(auto r, DecodeCommitRecord(compact, kFile));
+  ExpectSameRecord(r, GoldenRecord());
+  std::string spaced = j.dump(7);
+  spaced.replace(spaced.rfind('}'), 1, "\r\n\t}\n\n ");
+  SealCommitRecord(spaced);
+  SK_ASSERT_OK_AND_ASSIGN(r, DecodeCommitRecord(spaced, kFile));
+  ExpectSameRecord(r, GoldenRecord());
+  // The checksum is XXH3-64 of the bytes with its own digits read as zeros.
+  const size_t digits = compact.size() - 18;
+  std::string zeroed = compact;
+  zeroed.replace(digits, 16, std::string(16, '0'));
+  char expected[17];
+  std::snprintf(expected, sizeof(expected), "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(zeroed.data(), zeroed.size())));
+  EXPECT_EQ(compact.substr(digits, 16), expected);
+}
+
+TEST(CommitRecordChecksum, VersionTwoNeedsItsChecksumLast) {
+  auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
+  j.erase("checksum");
+  ExpectError(j.dump(), StatusCode::kCorruption,
+              "record ends with its \"checksum\" member");
+  // Not last: another member follows it.
+  j["checksum"] = std::string(16, '0');
+  j["later"] = 1;
+  ExpectError(j.dump(), StatusCode::kCorruption, "ends with its \"checksum\"");
+  // Upper-case digits are not the form.
+  std::string upper = EncodeCommitRecord(GoldenRecord());
+  upper.replace(upper.size() - 20, 16, "7812631E1CB3CDAE");
+  ExpectError(upper, StatusCode::kCorruption, "ends with its \"checksum\"");
+  // A key that merely ends in "checksum" (an escaped quote before it).
+  auto k = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
+  k.erase("checksum");
+  k["x\"checksum"] = std::string(16, '0');
+  std::string escaped = k.dump();
+  SealCommitRecord(escaped);
+  ExpectError(escaped, StatusCode::kCorruption, "ends with its \"checksum\"");
+}
+
+TEST(CommitRecordChecksum, VersionTwoEntriesNeedTheirChecksums) {
+  auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
+  auto without = [&](const char* name, const char* key) {
+    auto copy = j;
+    copy["checkpointables"][name].erase(key);
+    return Sealed(copy);
+  };
+  ExpectError(without("params", "meta_checksum"), StatusCode::kCorruption,
+              "checkpointable \"params\": expected \"meta_checksum\" to be 16 lower-case "
+              "hexadecimal digits");
+  ExpectError(without("config", "value_checksum"), StatusCode::kCorruption,
+              "checkpointable \"config\": expected \"value_checksum\"");
+  ExpectError(without("dataset", "value_checksum"), StatusCode::kCorruption,
+              "\"dataset\": expected \"value_checksum\"");
+  for (const nlohmann::ordered_json& bad :
+       {nlohmann::ordered_json("9c2f5e1a7b3d468"), nlohmann::ordered_json("9C2F5E1A7B3D4680"),
+        nlohmann::ordered_json("0x9c2f5e1a7b3d46"), nlohmann::ordered_json(12345),
+        nlohmann::ordered_json(nullptr)}) {
+    auto copy = j;
+    copy["checkpointables"]["params"]["meta_checksum"] = bad;
+    ExpectError(Sealed(copy), StatusCode::kCorruption, "\"meta_checksum\" to be 16");
+  }
+}
+
+TEST(CommitRecordChecksum, ListedChecksumOfAFile) {
+  const std::string meta = R"({"kind": "json"})";
+  SK_EXPECT_OK(CheckListedChecksum(meta, FileChecksum(meta), "c/config/meta.json"));
+  SK_EXPECT_OK(CheckListedChecksum(meta, std::nullopt, "c/config/meta.json"));  // version 1
+  const Status bad = CheckListedChecksum(meta, FileChecksum(meta) ^ 1, "c/config/meta.json");
+  EXPECT_EQ(bad.code(), StatusCode::kCorruption);
+  EXPECT_EQ(bad.message().rfind("c/config/meta.json: checksum mismatch: its 16 bytes", 0), 0u)
+      << bad.message();
+  EXPECT_NE(bad.message().find("_SHARDKEEP"), std::string::npos) << bad.message();
+}
+
 TEST(CommitRecord, RoundTripWithNullStepAndDefaults) {
   CommitRecord r;
-  r.checkpointables = {{"state", "pytree"}};
+  r.checkpointables = {{"state", "pytree", 7, std::nullopt}};
   r.index_files["state"] = {"index/p0.idx"};
   SK_ASSERT_OK_AND_ASSIGN(auto d,
                           DecodeCommitRecord(EncodeCommitRecord(r), kFile));
@@ -142,7 +279,7 @@ TEST(CommitRecord, UnknownFieldsAreIgnored) {
   auto j = nlohmann::ordered_json::parse(EncodeCommitRecord(GoldenRecord()));
   j["added_in_a_later_release"] = {{"x", 1}};
   j["checkpointables"]["params"]["also_new"] = true;
-  SK_ASSERT_OK_AND_ASSIGN(auto r, DecodeCommitRecord(j.dump(), kFile));
+  SK_ASSERT_OK_AND_ASSIGN(auto r, DecodeCommitRecord(Sealed(j), kFile));
   ExpectSameRecord(r, GoldenRecord());
 }
 
@@ -188,9 +325,9 @@ TEST(CommitRecordErrors, ForeignFormat) {
 }
 
 TEST(CommitRecordErrors, Version) {
-  ExpectError(WithField("version", 2), StatusCode::kIncompatible,
-              "written by a newer shardkeep (format version 2), this reader "
-              "supports 1");
+  ExpectError(WithField("version", 3), StatusCode::kIncompatible,
+              "written by a newer shardkeep (format version 3), this reader "
+              "supports versions up to 2");
   // A newer version is refused before its other fields are looked at.
   ExpectError(R"({"format": "shardkeep", "version": 7, "checkpointables": 3})",
               StatusCode::kIncompatible, "version 7");

@@ -1,5 +1,6 @@
 #include "storage/fault_injection.h"
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,23 @@ class FaultInjectionStorage::State {
       hook = answer_hook_;
     }
     return hook ? hook(op, path) : answer;
+  }
+
+  void SetCorruptHook(CorruptHook hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    corrupt_hook_ = std::move(hook);
+  }
+
+  // After a read of `size` bytes at `offset` of `path` filled `bytes`:
+  // damages them when the corrupt hook says so.
+  void Received(std::string_view op, const std::string& path, uint64_t offset,
+                uint64_t size, void* bytes) {
+    CorruptHook hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = corrupt_hook_;
+    }
+    if (size > 0 && hook && hook(op, path, offset, size)) *static_cast<uint8_t*>(bytes) ^= 1;
   }
 
   void SetFeatures(StorageFeatures features) {
@@ -67,6 +85,7 @@ class FaultInjectionStorage::State {
   mutable std::mutex mu_;
   Hook hook_;
   Hook answer_hook_;
+  CorruptHook corrupt_hook_;
   std::optional<StorageFeatures> features_;
   std::map<std::string, int, std::less<>> counts_;
 };
@@ -121,6 +140,10 @@ void FaultInjectionStorage::LoseAnswerOn(Hook hook) {
   state_->SetAnswerHook(std::move(hook));
 }
 
+void FaultInjectionStorage::CorruptReadsOn(CorruptHook hook) {
+  state_->SetCorruptHook(std::move(hook));
+}
+
 void FaultInjectionStorage::OverrideFeatures(StorageFeatures features) {
   state_->SetFeatures(features);
 }
@@ -132,7 +155,9 @@ StorageFeatures FaultInjectionStorage::features() const {
 Status FaultInjectionStorage::ReadAt(const std::string& path, uint64_t offset,
                                      uint64_t size, void* dst) {
   SK_RETURN_IF_ERROR(state_->Before("ReadAt", path));
-  return base_->ReadAt(path, offset, size, dst);
+  SK_RETURN_IF_ERROR(base_->ReadAt(path, offset, size, dst));
+  state_->Received("ReadAt", path, offset, size, dst);
+  return Status::Ok();
 }
 
 Status FaultInjectionStorage::ReadScatter(const std::string& path, uint64_t offset,
@@ -143,7 +168,9 @@ Status FaultInjectionStorage::ReadScatter(const std::string& path, uint64_t offs
 
 Result<std::string> FaultInjectionStorage::ReadAll(const std::string& path) {
   SK_RETURN_IF_ERROR(state_->Before("ReadAll", path));
-  return base_->ReadAll(path);
+  SK_ASSIGN_OR_RETURN(std::string bytes, base_->ReadAll(path));
+  state_->Received("ReadAll", path, 0, bytes.size(), bytes.data());
+  return bytes;
 }
 
 Result<uint64_t> FaultInjectionStorage::FileSize(const std::string& path) {

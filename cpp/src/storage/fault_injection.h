@@ -1,7 +1,8 @@
 // A Storage that forwards every call to another one, except the calls a test
-// chooses to fail. Tests use it to prove that an I/O error at any step
-// surfaces as a Status and leaves nothing half-committed, and to count calls
-// (e.g. how many fsyncs a save issued).
+// chooses to fail or whose bytes it chooses to damage. Tests use it to prove
+// that an I/O error at any step surfaces as a Status and leaves nothing
+// half-committed, that a read damaged on the way is caught, and to count
+// calls (e.g. how many fsyncs a save issued).
 #pragma once
 
 #include <functional>
@@ -36,6 +37,14 @@ class FaultInjectionStorage final : public Storage {
   // a reply lost on the way back (a connection reset after the server
   // stored an object): the change happened, the caller hears a failure.
   void LoseAnswerOn(Hook hook);
+  // Decides whether the bytes of a read arrive damaged: asked after a
+  // ReadAt or ReadAll succeeded, with its path and byte range (ReadAll: 0
+  // and the file's size). True flips the lowest bit of the read's first
+  // byte in what the caller gets, as a transfer error that TCP's checksum
+  // missed would; the stored bytes stay intact. Thread-safe like Hook.
+  using CorruptHook = std::function<bool(std::string_view op, const std::string& path,
+                                         uint64_t offset, uint64_t size)>;
+  void CorruptReadsOn(CorruptHook hook);
   // How many times `op` was called, including the calls the hook failed.
   int Count(std::string_view op) const;
   // Reports `features` instead of the wrapped backend's; without

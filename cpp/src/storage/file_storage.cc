@@ -408,8 +408,15 @@ class FileStorage final : public Storage {
 
   Result<std::unique_ptr<WritableFile>> OpenForAppend(
       const std::string& path) override {
-    SK_ASSIGN_OR_RETURN(const int fd,
-                        OpenFile(path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0 && errno == EEXIST) {
+      return AlreadyExistsError("create " + path + ": it exists already (files are "
+                                "created once, never truncated)");
+    }
+    if (fd < 0) return PosixError("open " + path, errno, path);
     return std::unique_ptr<WritableFile>(
         std::make_unique<PosixWritableFile>(fd, path));
   }

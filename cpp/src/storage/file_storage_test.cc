@@ -62,14 +62,11 @@ TEST_F(FileStorageTest, FullDiskIsOutOfSpaceNamingThePathAndFreeBytes) {
   EXPECT_TRUE(status.message().ends_with(" bytes free on its file system)"))
       << status.ToString();
 
-  SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
-                          storage_->OpenForAppend("/dev/full"));
-  // Small appends are buffered; the error surfaces when they are flushed.
-  SK_ASSERT_OK(file->Append("x", 1));
-  EXPECT_EQ(file->Sync().code(), StatusCode::kOutOfSpace);
-  const std::string big(1 << 20, 'x');
-  EXPECT_EQ(file->Append(big.data(), big.size()).code(), StatusCode::kOutOfSpace);
-  SK_EXPECT_OK(file->Close());
+  // Appends create their file, so they cannot be pointed at /dev/full:
+  // python/tests/test_out_of_space.py fills a real small file system
+  // through them instead.
+  EXPECT_EQ(storage_->OpenForAppend("/dev/full").status().code(),
+            StatusCode::kAlreadyExists);
 }
 
 TEST_F(FileStorageTest, DeleteRecursiveDoesNotFollowSymlinks) {

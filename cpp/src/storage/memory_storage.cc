@@ -193,6 +193,9 @@ class MemoryStorage final : public Storage {
       const std::string& path) override {
     const std::string key = Normalize(path);
     std::lock_guard<std::mutex> lock(store_->mu);
+    if (store_->files.contains(key)) {
+      return AlreadyExistsError("create " + key + ": it exists already");
+    }
     SK_RETURN_IF_ERROR(Put(key, MakeFile("")));
     return std::unique_ptr<WritableFile>(
         std::make_unique<MemoryWritableFile>(store_, key));

@@ -188,15 +188,20 @@ TEST_P(StorageConformanceTest, AppendInPiecesThenRead) {
       << "size " << content.size() << ", want " << written;
 }
 
-TEST_P(StorageConformanceTest, OpenForAppendCreatesEmptyFileAndTruncates) {
+// Create-only: a data file shared by several checkpoints (a hard link) is
+// never truncated by a write meant for a new one.
+TEST_P(StorageConformanceTest, OpenForAppendCreatesOnlyNewFiles) {
   SK_ASSERT_OK(storage_->WriteAll(Path("f"), "old content", false));
+  EXPECT_EQ(storage_->OpenForAppend(Path("f")).status().code(), StatusCode::kAlreadyExists);
+  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("f")));
+  EXPECT_EQ(content, "old content");
   SK_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
-                          storage_->OpenForAppend(Path("f")));
-  SK_ASSERT_OK_AND_ASSIGN(uint64_t size, storage_->FileSize(Path("f")));
+                          storage_->OpenForAppend(Path("g")));
+  SK_ASSERT_OK_AND_ASSIGN(uint64_t size, storage_->FileSize(Path("g")));
   EXPECT_EQ(size, 0u);
   SK_ASSERT_OK(file->Append("new", 3));
   SK_ASSERT_OK(file->Close());
-  SK_ASSERT_OK_AND_ASSIGN(std::string content, storage_->ReadAll(Path("f")));
+  SK_ASSERT_OK_AND_ASSIGN(content, storage_->ReadAll(Path("g")));
   EXPECT_EQ(content, "new");
 }
 

@@ -7,9 +7,13 @@ the process with index 0 records the starts, durations and successes, and
 every process records the storage type. What Orbax has no name for
 (failures) is recorded under ``/jax/shardkeep/...``.
 
-A save's blocking duration is what the caller waited for (the
-device-to-host copy and staging); its background duration runs from there
-to the commit; its total from the call to the commit.
+The names, kinds and keyword arguments are those Orbax's CheckpointManager
+records (its ``OperationRecorder`` and async checkpointer). A save's
+blocking duration is what the caller waited for: for an async save the
+device-to-host copy and staging, after which its background duration runs
+to the commit; for a synchronous one (``shardkeep.save``, a manager with
+``async_save=False``) the whole save, to the commit. The total runs from
+the call to the commit.
 """
 
 from __future__ import annotations
@@ -56,11 +60,12 @@ class SaveEvents:
                                     storage_type=self._storage)
 
     def blocking_done(self) -> None:
-        """The caller stops waiting (async saves: the save goes on behind)."""
+        """An async save's caller stops waiting; the save goes on behind."""
+        assert self._async, "a synchronous save's caller waits for the commit"
         with self._lock:
             self._blocking_s = time.monotonic() - self._started
             blocking = self._blocking_s
-        if not (_primary() and self._async):
+        if not _primary():
             return
         jax.monitoring.record_event_duration_secs(
             "/jax/checkpoint/write/async/blocking_duration_secs", blocking)
@@ -74,28 +79,38 @@ class SaveEvents:
         """The save committed (``error`` None) or failed."""
         total = time.monotonic() - self._started
         with self._lock:
-            blocking = total if self._blocking_s is None else self._blocking_s
-        if not _primary():
-            return
+            blocking = self._blocking_s
         if error is not None:
-            jax.monitoring.record_event(SAVE_FAILURE, storage_type=self._storage)
+            if _primary():
+                jax.monitoring.record_event(SAVE_FAILURE, storage_type=self._storage)
             return
-        jax.monitoring.record_event("/jax/orbax/write/success")
-        if self._async:
-            jax.monitoring.record_event_duration_secs(
-                "/jax/orbax/write/background_duration_secs", total - blocking,
-                storage_type=self._storage)
+        if not self._async:
+            self._sync_ended(total)
+            return
+        if _primary():
+            jax.monitoring.record_event("/jax/orbax/write/success")
             jax.monitoring.record_event_duration_secs(
                 "/jax/checkpoint/write/async/total_duration_secs", total,
                 storage_type=self._storage)
             jax.monitoring.record_event_duration_secs(
                 "/jax/orbax/write/async/total_duration_secs", total,
                 storage_type=self._storage)
-        else:
-            jax.monitoring.record_event_duration_secs(
-                "/jax/orbax/write/blocking_duration_secs", total, storage_type=self._storage)
-            jax.monitoring.record_event_duration_secs(
-                "/jax/orbax/write/total_duration_secs", total, storage_type=self._storage)
+        assert blocking is not None  # start_save reports it before the save starts
+        # As Orbax's background thread records it: on every process, no storage type.
+        jax.monitoring.record_event_duration_secs(
+            "/jax/orbax/write/background_duration_secs", total - blocking)
+
+    def _sync_ended(self, total: float) -> None:
+        """A synchronous save committed: the caller waited for all of it."""
+        if not _primary():
+            return
+        jax.monitoring.record_event_duration_secs(
+            "/jax/orbax/write/blocking_duration_secs", total, storage_type=self._storage)
+        jax.monitoring.record_scalar("/jax/orbax/write/blocking_end_time",
+                                     time.time() * 1000.0, storage_type=self._storage)
+        jax.monitoring.record_event("/jax/orbax/write/success")
+        jax.monitoring.record_event_duration_secs(
+            "/jax/orbax/write/total_duration_secs", total, storage_type=self._storage)
 
 
 @contextlib.contextmanager

@@ -86,6 +86,7 @@ def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
     with gc_paused():
         return load_executor.load(source, target, partial=False,
                                   broadcast=options.broadcasts_load_of(source.directory),
+                                  allow_lossy_cast=options.allow_lossy_cast,
                                   timeout_s=options.timeout_s,
                                   donate=options.donate_target)
 

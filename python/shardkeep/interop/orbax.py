@@ -90,6 +90,7 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     with gc_paused():
         return load_executor.load(source, target, partial=False,
                                   broadcast=options.broadcasts_load_of(source.directory),
+                                  allow_lossy_cast=options.allow_lossy_cast,
                                   timeout_s=options.timeout_s,
                                   donate=options.donate_target)
 

@@ -71,6 +71,7 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     with gc_paused():
         return load_executor.load(source, target, partial=True,
                                   broadcast=options.broadcasts_load_of(path),
+                                  allow_lossy_cast=options.allow_lossy_cast,
                                   timeout_s=options.timeout_s,
                                   donate=options.donate_target)
 

@@ -47,9 +47,11 @@ So a process that makes a call the others do not fails within its
 ``timeout_s`` with that error, and no count moves: the next operation that
 all processes make agrees at once. No barrier id is ever waited on twice
 (JAX numbers the uses of a barrier id per process, so a reused id that
-timed out once would fail or hang for good). Each process caches how far it
-has seen the verdicts of each kind and subject; the cache only saves
-look-ups, the verdicts in the service decide.
+timed out once would fail or hang for good). Each process records how far
+it has seen the verdicts of each kind and subject. Once every process has
+read a "go", its verdict is deleted (``_leave``), so a long job does not
+grow the service by a key per operation; each process's record is then
+what lets it skip that occurrence. "void" verdicts stay.
 """
 
 from __future__ import annotations
@@ -235,7 +237,7 @@ class JaxCoordination:
                 verdict = self._join(f"{base}/{n}.{a}", deadline)
             if verdict == _GO:
                 _seen.note(self._client, base, (n + 1, 0))
-                self._forget(f"{base}/{n}.{a}/arrived/{self.process_index}")
+                self._leave(f"{base}/{n}.{a}")
                 return f"{base}/{n}.{a}"
             void = json.loads(verdict)
             _seen.note(self._client, base, (n, a + 1))
@@ -246,6 +248,21 @@ class JaxCoordination:
                     f" of the job must make the same collective calls, and this {kind} was"
                     " made by some processes only (later calls made by all are unaffected)")
             a += 1
+
+    def _leave(self, key: str) -> None:
+        """After reading attempt ``key``'s "go": deletes this process's
+        arrival, and the verdict once no arrival is left. Every process
+        arrived before a "go" and reads it before it deletes its arrival, so
+        whoever finds none left knows every process has read the verdict; a
+        long job then keeps no key per operation. ("void" verdicts stay: a
+        process that has not come yet needs one to skip its attempt.)"""
+        self._forget(f"{key}/arrived/{self.process_index}")
+        try:
+            if self._arrivals(f"{key}/arrived/"):
+                return
+        except Exception:  # noqa: BLE001 - best effort, like _forget.
+            return
+        self._forget(f"{key}/verdict")
 
     def _join(self, key: str, deadline: float) -> str:
         """Records this process's arrival at attempt ``key``; returns its verdict."""

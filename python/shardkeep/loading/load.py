@@ -123,6 +123,7 @@ def _load_one(reader, origin: unchanged.Origin, kind: str, target: Any, partial:
                             origin=origin)
         with gc_paused():
             value = load_executor.load(source, target, partial=partial, broadcast=broadcast,
+                                       allow_lossy_cast=core_options.allow_lossy_cast,
                                        timeout_s=core_options.timeout_s, donate=donate)
     elif target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")

@@ -39,10 +39,11 @@ _MIN_BATCH_BYTES = 16 << 20
 
 
 def load(source: Source, target: Any, *, partial: bool, broadcast: bool,
-         timeout_s: float, donate: bool = False) -> Any:
+         allow_lossy_cast: bool, timeout_s: float, donate: bool = False) -> Any:
     """Plans the load of ``source``'s tree onto ``target`` and runs it."""
     plan = load_plan.plan(source.where, source.meta(), target, partial=partial,
-                          broadcast=broadcast, donate=donate)
+                          broadcast=broadcast, allow_lossy_cast=allow_lossy_cast,
+                          donate=donate)
     return execute(plan, source, timeout_s=timeout_s)
 
 

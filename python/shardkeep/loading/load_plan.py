@@ -113,11 +113,13 @@ class LoadPlan:
 
 
 def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool,
-         donate: bool = False) -> LoadPlan:
+         allow_lossy_cast: bool, donate: bool = False) -> LoadPlan:
     """The plan of loading the leaves ``meta`` describes onto ``target``.
 
     ``where`` prefixes error messages. See ``shardkeep.load`` for the
-    meaning of ``target`` and ``partial``; ``broadcast``: in a
+    meaning of ``target`` and ``partial``; ``allow_lossy_cast`` is
+    ``Options.allow_lossy_cast`` (the source applies it to arrays as it
+    reads them, the plan to scalars, cast here); ``broadcast``: in a
     multi-process job, boxes of jax-sharded target leaves that several
     processes hold are read by one of them and sent to the others (see
     ``broadcast_load``); ``donate``: the target's jax.Arrays are donated
@@ -126,14 +128,15 @@ def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool,
     """
     saved = meta["leaves"]
     if target is None:
-        return LoadPlan(where, [_plan_leaf(where, i, leaf, None, None)
+        return LoadPlan(where, [_plan_leaf(where, i, leaf, None, None, allow_lossy_cast)
                                 for i, leaf in enumerate(saved)], tree=meta["tree"])
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, saved, partial)
     sharing = (broadcast_load.Plan(jax.process_index())
                if broadcast and jax.process_count() > 1 else None)
-    leaves = [_plan_leaf(where, n, saved[n], t, sharing) for n, (_, t) in zip(numbers, keyed)]
+    leaves = [_plan_leaf(where, n, saved[n], t, sharing, allow_lossy_cast)
+              for n, (_, t) in zip(numbers, keyed)]
     if donate and sharing is None:
         _note_donors(leaves, [t for _, t in keyed])
     return LoadPlan(where, leaves, treedef=treedef, sharing=sharing)
@@ -183,7 +186,7 @@ def _listing(paths: list[str]) -> str:
 
 
 def _plan_leaf(where: str, number: int, saved: dict, target: Any,
-               sharing: broadcast_load.Plan | None) -> LeafPlan:
+               sharing: broadcast_load.Plan | None, allow_lossy_cast: bool) -> LeafPlan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
@@ -196,7 +199,7 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any,
                                     f" target wants {_describe(target)}")
         return LeafPlan(path, Finish.VALUE, value=saved["value"])
     if kind == "scalar":
-        return _plan_scalar(where, saved, target)
+        return _plan_scalar(where, saved, target, allow_lossy_cast)
     if _wants_keys(saved, target):
         return _plan_keys(where, number, saved, target, sharing)
     return _plan_array(where, number, saved, target, sharing)
@@ -240,13 +243,32 @@ def _plan_keys(where: str, number: int, saved: dict, target: Any,
                          key_impl=impl)
 
 
-def _plan_scalar(where: str, saved: dict, target: Any) -> LeafPlan:
+def _plan_scalar(where: str, saved: dict, target: Any, allow_lossy_cast: bool) -> LeafPlan:
     value = _decode_scalar(saved)
+    path = saved["path"]
     if target is None or isinstance(target, (bool, int, float)):
-        return LeafPlan(saved["path"], Finish.VALUE, value=value)
-    _check_target_shape(where, saved["path"], (), target)
-    host = np.asarray(value, dtypes.from_name(saved["dtype"])).astype(np.dtype(target.dtype))
-    return LeafPlan(saved["path"], Finish.DELIVER, value=host, target=target)
+        return LeafPlan(path, Finish.VALUE, value=value)
+    _check_target_shape(where, path, (), target)
+    dtype = np.dtype(target.dtype)
+    stored = np.asarray(value, dtypes.from_name(saved["dtype"]))
+    with np.errstate(over="ignore"):  # an overflow is judged below, not warned about
+        host = stored.astype(dtype)
+    if not (getattr(target, "weak_type", False) and _as_jax_takes_it(stored, host)):
+        # The core's rule for casts, the one its reader applies to arrays.
+        _core.check_cast(saved["dtype"], dtypes.name_of(dtype), allow_lossy_cast,
+                         f"{where}: leaf {path!r}")
+    return LeafPlan(path, Finish.DELIVER, value=host, target=target)
+
+
+def _as_jax_takes_it(stored: np.ndarray, cast: np.ndarray) -> bool:
+    """Whether a weakly typed target (what ``jax.eval_shape`` makes of a
+    Python number, a train state's ``step=0`` say) takes ``stored`` as JAX
+    takes a Python number into that dtype: a float rounds, but must not
+    overflow; an int must fit. A stored scalar is a Python number too, so
+    that is the rule its user already lives with."""
+    if np.issubdtype(cast.dtype, np.inexact):
+        return bool(np.isfinite(cast).all()) or not bool(np.isfinite(stored).all())
+    return bool((cast.astype(stored.dtype) == stored).all())
 
 
 def _decode_scalar(saved: dict):

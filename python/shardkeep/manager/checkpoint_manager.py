@@ -69,7 +69,7 @@ from ..saving import staging_pool
 from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError, TimeoutError
 from ..loading.load import load
 from .preemption import PreemptionWatch
-from ..saving.save import SaveFuture, prepare_staging, save_checkpointables_async
+from ..saving.save import SaveFuture, prepare_staging, start_save
 
 logger = logging.getLogger("shardkeep")
 
@@ -336,9 +336,9 @@ class CheckpointManager:
         started_time = policy_info.time_of_seconds(self._clock())
         base = self._hold_base()
         try:
-            future = save_checkpointables_async(
-                _join(self._root, name), items, metrics=metrics, step=step,
-                options=self._options,
+            future = start_save(
+                _join(self._root, name), items, asynchronous=self._async, metrics=metrics,
+                step=step, options=self._options,
                 base=None if base is None else _join(self._root, self._names[base]))
         except Exception:
             self._note_leftover(name)
@@ -590,13 +590,17 @@ class CheckpointManager:
             return
         logger.info("step %d committed, %.2f s after its save started", job.step,
                     time.monotonic() - job.started)
+        refused = None
         with self._lock:
             self._record_version += 1  # also covers the deletions below
             self._steps[job.step] = job.metrics
             self._created_ns[job.step] = job.future.created_ns() or 0
             self._started_times[job.step] = job.started_time
             self._names[job.step] = job.name
-            dropped = preservation.steps_to_delete(self._committed(), self._preservation)
+            try:
+                dropped = preservation.steps_to_delete(self._committed(), self._preservation)
+            except Exception as e:  # noqa: BLE001 - the policy's: raised on the next call
+                dropped, refused = [], e
             deletions = []
             for step in dropped:
                 del self._steps[step]
@@ -607,6 +611,9 @@ class CheckpointManager:
                     self._deferred[step] = name
                 else:
                     deletions.append(_Delete(step, name))
+        if refused is not None:
+            self._record_error(f"the preservation policy failed once step {job.step} had"
+                               " committed; no step was deleted", refused)
         if job.base is not None:
             self._release(job.base)
         job.observed.set()

@@ -142,7 +142,8 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
     metas = {name: json.loads(parts[name]["meta"]) for name in targets}
     # No load-and-broadcast: the fetch below already reads each piece once.
     plans = {name: load_plan.plan(f"{where}/{name}", metas[name], target, partial=partial,
-                                  broadcast=False, donate=options.donate_target)
+                                  broadcast=False, allow_lossy_cast=options.allow_lossy_cast,
+                                  donate=options.donate_target)
              for name, target in targets.items() if parts[name]["kind"] == "pytree"}
     requests = {name: [Box(slot.number, dtypes.name_of(slot.dtype), slot.origin, slot.shape)
                        for slot in plan.slots()] for name, plan in plans.items()}

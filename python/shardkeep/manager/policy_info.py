@@ -22,8 +22,15 @@ class PolicyCheckpointInfo:
     """One checkpoint as the save-decision and preservation policies see it."""
 
     step: int
-    metrics: dict | None  # None or {}: saved without metrics
+    metrics: dict | None  # None: saved without metrics
     time: datetime.datetime  # timezone-aware (UTC)
+
+    def __post_init__(self):
+        # A step saved without metrics is stored with {}: policies see None,
+        # as Orbax gives them (its BestN asks get_metric_fn of every
+        # checkpoint whose metrics are not None).
+        if not self.metrics:
+            object.__setattr__(self, "metrics", None)
 
 
 def time_of_ns(ns: int) -> datetime.datetime:

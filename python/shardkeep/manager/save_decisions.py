@@ -14,6 +14,10 @@ its yes is announced to the others and becomes a save a few steps later
 on all of them (``shardkeep.manager.step_agreement``). In a one-process
 job every policy is asked directly. docs/MANAGER.md compares these with
 Orbax's.
+
+Orbax's own policy objects work here too: the context and the step infos
+carry every attribute they read, and ``split`` knows which of them decide
+from the step alone.
 """
 
 from __future__ import annotations
@@ -27,11 +31,31 @@ from .policy_info import PolicyCheckpointInfo
 
 
 @dataclasses.dataclass(frozen=True)
+class MultiprocessingOptions:
+    """The processes a manager runs on, with the fields of Orbax's
+    ``MultiprocessingOptions`` (Orbax's policies read ``primary_host``).
+
+    A shardkeep manager always runs on every process of the job, with
+    process 0 as its primary: the one that decides for the policies asked
+    on one process only, deletes and collects garbage. So ``primary_host``
+    is 0, ``active_processes`` None (all of them) and
+    ``barrier_sync_key_prefix`` None (the manager names its collective
+    calls itself, by its root).
+    """
+
+    primary_host: int | None = 0
+    active_processes: frozenset[int] | None = None
+    barrier_sync_key_prefix: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class DecisionContext:
-    """What the manager knows beyond the steps."""
+    """What the manager knows beyond the steps: the attributes of Orbax's
+    ``DecisionContext``, so that Orbax's policies read it unchanged."""
 
     is_saving_in_progress: bool  # a save has started and not committed (or failed)
     reached_preemption: bool     # the agreed preemption step has been reached
+    multiprocessing_options: MultiprocessingOptions = MultiprocessingOptions()
 
 
 @runtime_checkable
@@ -175,7 +199,8 @@ def check_policy(policy) -> None:
 def split(policy: SaveDecisionPolicy
           ) -> tuple[list[SaveDecisionPolicy], list[SaveDecisionPolicy]]:
     """``policy``'s leaves: (asked on every process, asked on the primary only)."""
-    if isinstance(policy, AnySavePolicy):
+    orbax = _orbax_class(policy)
+    if isinstance(policy, AnySavePolicy) or orbax == "AnySavePolicy":
         everywhere: list[SaveDecisionPolicy] = []
         primary: list[SaveDecisionPolicy] = []
         for child in policy.policies:
@@ -183,9 +208,29 @@ def split(policy: SaveDecisionPolicy
             everywhere += e
             primary += p
         return everywhere, primary
-    if getattr(policy, "same_on_every_process", False):
+    if getattr(policy, "same_on_every_process", False) or orbax in _ORBAX_SAME_ON_EVERY_PROCESS:
         return [policy], []
     return [], [policy]
+
+
+# Orbax's own policies (orbax-checkpoint 0.12), known by the module that
+# defines them so that shardkeep need not import Orbax. Those that decide
+# from the step and the saves started alone, like the classes of the same
+# names here, are asked on every process: asked on the primary only they
+# would save ``decision_lead_steps`` later than Orbax does. Its
+# AnySavePolicy is opened like ours. Any other class of Orbax's
+# (ContinuousCheckpointingPolicy), a subclass, or one Orbax moves, is asked
+# on the primary only, as a user's policy is: always correct, at worst later.
+_ORBAX_POLICIES = "orbax.checkpoint._src.checkpoint_managers.save_decision_policy"
+_ORBAX_SAME_ON_EVERY_PROCESS = frozenset({
+    "FixedIntervalPolicy", "SpecificStepsPolicy", "PreemptionCheckpointingPolicy",
+    "InitialSavePolicy"})
+
+
+def _orbax_class(policy) -> str | None:
+    """The name of ``policy``'s class when it is one of Orbax's own (not a subclass)."""
+    cls = type(policy)
+    return cls.__qualname__ if cls.__module__ == _ORBAX_POLICIES else None
 
 
 def check_positive(name: str, value) -> None:

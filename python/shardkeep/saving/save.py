@@ -134,7 +134,8 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     Each checkpointable can later be loaded alone.
     """
     path, options, start, _, arrays, recorded = _prepare(
-        path, items, options, custom_metadata, metrics, force, step, base, own_copies=False)
+        path, items, options, custom_metadata, metrics, force, step, base, own_copies=False,
+        asynchronous=False)
     # Queued like an async save (saves start in call order) and waited for
     # here: an error is raised, not logged. Ctrl-C cancels it (see
     # SaveFuture.result); the queue keeps it while its thread winds down.
@@ -154,10 +155,30 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
     of starting the save in the core (e.g. AlreadyExistsError) by the
     future's ``result()``, or logged if it is never called.
     """
+    return start_save(path, items, asynchronous=True, options=options,
+                      custom_metadata=custom_metadata, metrics=metrics, force=force, step=step,
+                      base=base)
+
+
+def start_save(path, items: Mapping[str, Any], *, asynchronous: bool,
+               options: options_lib.Options | None = None,
+               custom_metadata: Mapping | None = None, metrics: Mapping | None = None,
+               force: bool = False, step: int | None = None, base=None) -> SaveFuture:
+    """``save_checkpointables_async``, reported to ``jax.monitoring`` as a
+    synchronous save unless ``asynchronous``.
+
+    A CheckpointManager with ``async_save=False`` starts its saves this way
+    (its worker observes every commit alike) and waits for the commit
+    before its ``save`` returns: the caller waited for the whole save, so
+    it reports the synchronous events, whose blocking duration runs to the
+    commit.
+    """
     path, options, start, lease, arrays, recorded = _prepare(
-        path, items, options, custom_metadata, metrics, force, step, base, own_copies=True)
+        path, items, options, custom_metadata, metrics, force, step, base, own_copies=True,
+        asynchronous=asynchronous)
     assert lease is not None  # own_copies
-    recorded.blocking_done()
+    if asynchronous:
+        recorded.blocking_done()
 
     def on_finished(error: str | None) -> None:
         # The buffer goes back at the save's end, before result() returns,
@@ -171,17 +192,17 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
 
 
 def _prepare(path, items, options, custom_metadata, metrics, force, step, base, *,
-             own_copies: bool):
+             own_copies: bool, asynchronous: bool):
     """The Python part of the blocking phase: validates, plans and stages.
 
     Returns the path, the resolved options, a function that starts the
     save in the core (returning its handle), with ``own_copies`` the lease
     of the staging memory the shards were copied into, the arrays to
     remember once the save is queued (``_remember``), and the save's
-    events (``own_copies``: an async save), started here.
+    events (of an async save or a sync one), started here.
     """
     path = os.fspath(path)
-    recorded = events.SaveEvents(path, asynchronous=own_copies)
+    recorded = events.SaveEvents(path, asynchronous=asynchronous)
     try:
         return (*_stage_save(path, items, options, custom_metadata, metrics, force, step,
                                    base, own_copies=own_copies), recorded)

@@ -132,3 +132,21 @@ def continuous_job(root: str, clock_offsets: list, steps: int) -> dict:
                 saved.append(step)
         mgr.wait()
         return {"saved": saved, "steps": mgr.all_steps()}
+
+
+def orbax_policies_job(root: str, steps: int) -> dict:
+    """Orbax's own policies: a fixed interval (asked on every process) and
+    continuous saving (asked on the primary, agreed a few steps later)."""
+    from orbax.checkpoint import checkpoint_managers as ocm
+
+    mesh = _mesh()
+    policy = ocm.AnySavePolicy([ocm.FixedIntervalPolicy(25),
+                                ocm.ContinuousCheckpointingPolicy(minimum_interval_secs=0.05)])
+    with sk.CheckpointManager(root, save_decision_policy=policy, keep_last=2) as mgr:
+        saved = []
+        for step in range(steps):
+            time.sleep(0.01 * (1 + jax.process_index()))  # loops of uneven speed
+            if mgr.save(step, _state(step, mesh)):
+                saved.append(step)
+        mgr.wait()
+        return {"saved": saved}

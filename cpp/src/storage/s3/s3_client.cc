@@ -41,13 +41,13 @@ std::string FormatSeconds(double s) {
   return buffer;
 }
 
-// Base64 of the MD5 of `data`: the Content-MD5 DeleteObjects requires.
+// Base64 of the MD5 of `data`: the Content-MD5 header of a body.
 Result<std::string> ContentMd5(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_md5(),
                  nullptr) != 1) {
-    return InternalError("MD5 of a DeleteObjects body failed");
+    return InternalError("MD5 of a request body failed");
   }
   std::string out(4 * ((length + 2) / 3) + 1, '\0');
   const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -94,10 +94,15 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
   const std::string url = address.base_url + UriEncode(address.path, true) +
                           QueryString(request.query);
   std::string payload_hash(kEmptyPayloadSha256);
+  HeaderList headers = request.headers;
   if (!request.body.empty()) {
     payload_hash = request.sign_body && request.body.size() <= kMaxSignedBody
                        ? Sha256Hex(request.body)
                        : std::string(kUnsignedPayload);
+    // Computed once, sent with every attempt: the store refuses a body
+    // that does not match it (BadDigest, retried) instead of storing it.
+    SK_ASSIGN_OR_RETURN(std::string md5, ContentMd5(request.body));
+    headers.emplace_back("Content-MD5", std::move(md5));
   }
   S3Failure failure;
   failure.operation = request.operation;
@@ -114,7 +119,7 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
     to_sign.host = address.host;
     to_sign.path = address.path;
     to_sign.query = request.query;
-    to_sign.headers = request.headers;
+    to_sign.headers = headers;
     to_sign.payload_sha256 = payload_hash;
     const SigningContext context{config_.credentials, config_.region, "s3",
                                  clock_.wall()};
@@ -124,7 +129,7 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
     HttpRequest http;
     http.method = request.method;
     http.url = url;
-    http.headers = request.headers;
+    http.headers = headers;
     // The Host signed, port included, whatever curl would have sent.
     http.headers.emplace_back("Host", address.host);
     for (auto& header : signature.headers_to_add) {
@@ -316,13 +321,11 @@ Status S3Client::DeleteObject(const std::string& key) const {
 
 Status S3Client::DeleteObjects(const std::vector<std::string>& keys) const {
   SK_ASSIGN_OR_RETURN(std::string body, EncodeDeleteObjects(keys));
-  SK_ASSIGN_OR_RETURN(std::string md5, ContentMd5(body));
   S3Request request;
   request.operation = "DeleteObjects";
   request.method = "POST";
   request.query = {{"delete", ""}};
-  request.headers = {{"Content-MD5", md5}};
-  request.body = body;
+  request.body = body;  // Execute adds the Content-MD5 it requires
   SK_ASSIGN_OR_RETURN(S3Answer answer, Execute(request));
   const std::string what = "DeleteObjects " + Url("");
   SK_ASSIGN_OR_RETURN(std::vector<DeleteError> errors,

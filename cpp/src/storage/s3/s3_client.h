@@ -7,8 +7,11 @@
 // failure waits BackoffBeforeRetry's full-jitter time and tries again while
 // the deadline allows; anything else becomes ToStatus's error, which names
 // the operation, bucket, key and the server's code and message, and never
-// the secret. The clock, sleep and random source are injectable so retry
-// schedules are tested exactly.
+// the secret. Every request with a body sends its MD5 (Content-MD5), which
+// the store checks before storing anything: a body damaged on the way is
+// refused (BadDigest) and sent again, never stored as it arrived. The
+// clock, sleep and random source are injectable so retry schedules are
+// tested exactly.
 #pragma once
 
 #include <functional>
@@ -53,8 +56,8 @@ struct S3Request {
   HeaderList headers;     // sent and signed
   std::string_view body;  // not owned
   // Sign the body's SHA-256; false sends UNSIGNED-PAYLOAD, which spares
-  // hashing large parts (TLS and the checkpoint's own checksums guard
-  // their bytes).
+  // hashing large parts with SHA-256 (their Content-MD5, which every body
+  // carries, lets the store check their bytes).
   bool sign_body = true;
   char* dst = nullptr;  // see HttpRequest::dst
   size_t dst_capacity = 0;

@@ -301,5 +301,44 @@ TEST_F(S3ClientTest, DeleteObjectsSendsContentMd5AndReportsFailures) {
   EXPECT_TRUE(has_md5);
 }
 
+// The value of header `name` in `request`; empty when absent.
+std::string Header(const HttpRequest& request, const std::string& name) {
+  for (const auto& [key, value] : request.headers) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+// Every body goes with its MD5, so that the store refuses one damaged on
+// the way; the same value on each attempt. Base64 of MD5("0123456789")
+// and of MD5("part").
+TEST_F(S3ClientTest, BodiesCarryTheirContentMd5) {
+  transport_->Then(ScriptedTransport::Status(200, ""));
+  SK_ASSERT_OK(Client().PutObject("k", "0123456789"));
+  auto part = ScriptedTransport::Status(200, "");
+  part.etag = "\"e\"";
+  transport_->Then(part);
+  SK_ASSERT_OK(Client().UploadPart("k", "upload-1", 1, "part").status());
+  transport_->Then(ScriptedTransport::Status(200, ""));
+  SK_ASSERT_OK(Client().GetObject("k").status());
+  ASSERT_EQ(transport_->requests.size(), 3u);
+  EXPECT_EQ(Header(transport_->requests[0], "Content-MD5"), "eB5eJF1ptWaXm4bijSPyxw==");
+  EXPECT_EQ(Header(transport_->requests[1], "Content-MD5"), "9Mk4XxkC9zNLALm07NFk3g==");
+  EXPECT_EQ(Header(transport_->requests[2], "Content-MD5"), "");  // no body
+  // Signed, so that a proxy cannot strip it unnoticed.
+  EXPECT_TRUE(Has(Header(transport_->requests[0], "authorization"), "content-md5"));
+}
+
+// A body the store found damaged (BadDigest) was not stored: it is sent
+// again, with the same digest, and the second attempt succeeds.
+TEST_F(S3ClientTest, BadDigestIsSentAgain) {
+  transport_->Then(ScriptedTransport::Error(400, "BadDigest"));
+  transport_->Then(ScriptedTransport::Status(200, ""));
+  SK_ASSERT_OK(Client().PutObject("k", "0123456789"));
+  ASSERT_EQ(transport_->requests.size(), 2u);
+  EXPECT_EQ(transport_->bodies[1], "0123456789");
+  EXPECT_EQ(Header(transport_->requests[1], "Content-MD5"), "eB5eJF1ptWaXm4bijSPyxw==");
+}
+
 }  // namespace
 }  // namespace shardkeep::s3

@@ -86,11 +86,15 @@ bool IsRetryable(const S3Failure& failure) {
       break;
   }
   // Codes first: CompleteMultipartUpload reports InternalError under 200.
+  // A body that does not match its Content-MD5 (BadDigest) or its signed
+  // SHA-256 (XAmzContentSHA256Mismatch) was damaged on the way and not
+  // stored: sending it again is the fix.
   if (CodeIn(failure, {"SlowDown", "RequestTimeout", "InternalError",
                        "ServiceUnavailable", "Throttling",
                        "ThrottlingException", "RequestLimitExceeded",
                        "TooManyRequests", "ConditionalRequestConflict",
-                       "OperationAborted"})) {
+                       "OperationAborted", "BadDigest",
+                       "XAmzContentSHA256Mismatch"})) {
     return true;
   }
   const int status = failure.http_status;

@@ -130,6 +130,9 @@ TEST(S3ErrorsTest, RetriesServerTroubleThrottlingAndLostConnections) {
       Answered(503, "SlowDown", "Please reduce your request rate."),
       Answered(400, "RequestTimeout", "Your socket connection ..."),
       Answered(409, "ConditionalRequestConflict", "m"),
+      // A body damaged on the way, refused by the store.
+      Answered(400, "BadDigest", "The Content-MD5 you specified did not match"),
+      Answered(400, "XAmzContentSHA256Mismatch", "m"),
       // CompleteMultipartUpload's failure under 200.
       Answered(200, "InternalError", "m"),
       Lost(Transport::kConnectFailed), Lost(Transport::kConnectionReset),
@@ -142,7 +145,8 @@ TEST(S3ErrorsTest, RetriesServerTroubleThrottlingAndLostConnections) {
 TEST(S3ErrorsTest, DoesNotRetryWhatWaitingCannotFix) {
   const std::vector<S3Failure> final_failures = {
       Answered(400), Answered(400, "MalformedXML", "m"),
-      Answered(400, "InvalidPart", "m"), Answered(403), Answered(404),
+      Answered(400, "InvalidPart", "m"), Answered(400, "InvalidDigest", "m"),
+      Answered(403), Answered(404),
       Answered(412), Answered(501, "NotImplemented", "m"),
       Lost(Transport::kResolveFailed), Lost(Transport::kTlsFailed)};
   for (const S3Failure& failure : final_failures) {

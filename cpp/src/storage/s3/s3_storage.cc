@@ -44,6 +44,7 @@ class S3Storage final : public Storage {
     // more threads cost no buffers).
     features.parallel_reads = 32;
     features.min_efficient_read_bytes = 8ull << 20;
+    features.remote = true;
     return features;
   }
 
@@ -132,9 +133,9 @@ class S3Storage final : public Storage {
   Result<std::unique_ptr<WritableFile>> OpenForAppend(
       const std::string& path) override {
     SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
-    // Creates or truncates now, as the interface promises; the content
+    // Creates now, only if absent, as the interface promises; the content
     // replaces this empty object when the file completes.
-    SK_RETURN_IF_ERROR(client_->PutObject(key, std::string_view()));
+    SK_RETURN_IF_ERROR(WriteIfAbsent(path, std::string_view()));
     return NewMultipartWriter(client_, key, options_.multipart);
   }
 
