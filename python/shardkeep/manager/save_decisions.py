@@ -203,7 +203,8 @@ def split(policy: SaveDecisionPolicy
     if isinstance(policy, AnySavePolicy) or orbax == "AnySavePolicy":
         everywhere: list[SaveDecisionPolicy] = []
         primary: list[SaveDecisionPolicy] = []
-        for child in policy.policies:
+        children: Sequence[SaveDecisionPolicy] = getattr(policy, "policies")  # Orbax's too
+        for child in children:
             e, p = split(child)
             everywhere += e
             primary += p
