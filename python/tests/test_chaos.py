@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
-import sys
 
 import boto3
 import botocore.config
@@ -22,17 +20,10 @@ from chaos_workload import ChaosRun
 from s3_chaos import TRANSIENT, RandomFaults
 from s3_fault_proxy import Fault
 from s3_server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
+from test_cli import cli_tool
 
 ROUNDS = 6
 MAX_DELAY_S = 0.5
-
-
-def _cli() -> str:
-    tool = pathlib.Path(sys.executable).with_name("shardkeep")
-    if not tool.exists():
-        pytest.fail(f"the shardkeep command-line tool is not installed beside {sys.executable}"
-                    " (pip install --no-build-isolation . installs it)", pytrace=False)
-    return str(tool)
 
 
 def _through(proxy, s3) -> sk.S3Settings:
@@ -55,7 +46,7 @@ def test_chaos(s3, s3_proxy, seed, rates, timeout_s):
     plan = RandomFaults(seed, rates, max_delay_s=MAX_DELAY_S, stall_s=2 * timeout_s)
     run = ChaosRun(proxy=s3_proxy, plan=plan,
                    client=s3.client, bucket=s3.name, faulty=_through(s3_proxy, s3),
-                   direct=s3.settings, cli=_cli(),
+                   direct=s3.settings, cli=cli_tool(),
                    env={**env, "AWS_ENDPOINT_URL": s3_proxy.endpoint_url}, env_direct=env,
                    seed=seed, timeout_s=timeout_s,
                    io_threads=1)  # one writer: the same requests every run

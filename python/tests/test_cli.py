@@ -34,7 +34,8 @@ _TESTS_DIR = pathlib.Path(__file__).parent
 OK, PROBLEMS, USAGE, FAILED = 0, 1, 2, 3
 
 
-def _cli() -> str:
+def cli_tool() -> str:
+    """The path of the `shardkeep` tool installed beside this Python."""
     tool = pathlib.Path(sys.executable).with_name("shardkeep")
     if not tool.exists():
         pytest.fail(f"the shardkeep command-line tool is not installed beside {sys.executable}"
@@ -44,7 +45,7 @@ def _cli() -> str:
 
 def run(*args, expect=OK):
     """Runs the tool; checks its exit code; returns the finished process."""
-    proc = subprocess.run([_cli(), *map(str, args)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([cli_tool(), *map(str, args)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == expect, (
         f"shardkeep {' '.join(map(str, args))} exited with {proc.returncode}, expected "
         f"{expect}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
