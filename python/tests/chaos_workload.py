@@ -55,8 +55,10 @@ class Figures:
     copies: int = 0
     copies_committed: int = 0
     gc_runs: int = 0
-    # Errors raised under faults, by operation and class ("save StorageError").
+    # Errors raised under faults, by operation and class ("save StorageError"),
+    # and the first message of each.
     errors: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    first_errors: dict[str, str] = dataclasses.field(default_factory=dict)
     # Raised saves that committed all the same (and load bit for bit).
     raised_but_committed: int = 0
     # The broken promises, one list per kind.
@@ -84,6 +86,8 @@ class Figures:
             f"manager saves: {self.manager_saves}; cp committed: {self.copies_committed} of "
             f"{self.copies}; gc runs under faults: {self.gc_runs}",
             "errors raised: " + _counts(self.errors),
+            *[f"  first {kind}: {message[:300]}"
+              for kind, message in sorted(self.first_errors.items())],
             f"wrong values: {len(self.wrong_values)}",
             f"errors not from shardkeep: {len(self.foreign_errors)}",
             f"committed but not loadable: {len(self.broken_commits)}",
@@ -182,11 +186,15 @@ class ChaosRun:
         except Hang:
             raise
         except sk.ShardkeepError as e:
-            self.figures.errors[f"{operation} {type(e).__name__}"] += 1
+            self._count_error(f"{operation} {type(e).__name__}", str(e))
             return False, e
         except Exception as e:  # noqa: BLE001 - the promise is shardkeep errors only
             self.figures.foreign_errors.append(f"{operation}: {type(e).__name__}: {e}")
             return False, e
+
+    def _count_error(self, kind: str, message: str) -> None:
+        self.figures.errors[kind] += 1
+        self.figures.first_errors.setdefault(kind, message)
 
     def _run_cli(self, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         try:
@@ -202,7 +210,7 @@ class ChaosRun:
         if proc.returncode == 0:
             return True
         if proc.returncode == 3:
-            self.figures.errors[f"{operation} {_core_error(proc.stderr)}"] += 1
+            self._count_error(f"{operation} {_core_error(proc.stderr)}", proc.stderr.strip())
             return False
         self.figures.foreign_errors.append(
             f"shardkeep {operation} exited with {proc.returncode}: {proc.stderr[-500:]}")
@@ -266,7 +274,7 @@ class ChaosRun:
                 self.manager = sk.CheckpointManager(self.url(MANAGED), keep_last=KEEP_LAST,
                                                     options=self.faulty)
             except sk.ShardkeepError as e:
-                self.figures.errors[f"manager open {type(e).__name__}"] += 1
+                self._count_error(f"manager open {type(e).__name__}", str(e))
                 return
         step = number + 1
         self.figures.manager_saves += 1
@@ -311,7 +319,7 @@ class ChaosRun:
                 try:
                     self.manager.close()
                 except sk.ShardkeepError as e:
-                    self.figures.errors[f"manager close {type(e).__name__}"] += 1
+                    self._count_error(f"manager close {type(e).__name__}", str(e))
         except Hang as e:
             self.figures.hangs.append(str(e))
         finally:

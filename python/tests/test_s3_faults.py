@@ -300,3 +300,22 @@ def test_an_upload_created_for_an_answer_that_never_arrived_is_not_left_open(
     assert s3_proxy.tally()[fault.kind] == 1, s3_proxy.seen
     assert_same_bits(sk.load(url)["w"], _big_state()["w"])
     assert s3.open_uploads() == []
+
+
+@pytest.mark.parametrize("name", ["data/p0-0.bin", "index/p0.idx"])
+def test_a_file_whose_creation_answer_was_lost_does_not_fail_the_save(s3, s3_proxy, name):
+    # Each file of a generation is created with a conditional PUT. Its
+    # answer is lost (the server created it); the PUT sent again gets 412.
+    # That 412 is the save's own file, not another writer's: the save must
+    # commit. Found by the chaos suite (test_chaos.py), where it raised
+    # AlreadyExistsError ("another writer created it first"). The second
+    # PUT may be libcurl's own: it sends a request again by itself when a
+    # reused connection closes before any answer.
+    s3_proxy.inject(Fault("lost"), method="PUT", path="/" + name)
+    url = s3.url("lost-answer/ckpt")
+    state = {"w": np.arange(1000, dtype=np.float32), "step": 3}
+    sk.save(url, state, options=_through(s3_proxy, s3, io_threads=1))
+    assert s3_proxy.tally()["lost"] == 1, s3_proxy.seen
+    out = sk.load(url)
+    assert_same_bits(out["w"], state["w"])
+    assert out["step"] == 3
