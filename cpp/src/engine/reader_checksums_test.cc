@@ -139,9 +139,10 @@ TEST_F(ReaderChecksumsTest, EveryFlippedBitOfEachMetaJsonIsRefused) {
 TEST_F(ReaderChecksumsTest, EveryFlippedBitOfEachValueIsRefused) {
   for (const auto& [name, file] : {std::pair<std::string, std::string>{"config", "value.json"},
                                    {"blob", "value.bin"}}) {
-    ExpectEveryFlipRefused(kPath + "/" + name + "/" + file, [&]() -> Status {
+    const std::string part = name;  // clang 14 cannot capture a structured binding
+    ExpectEveryFlipRefused(kPath + "/" + part + "/" + file, [&]() -> Status {
       SK_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(base_, kPath));
-      return reader->ReadValue(name).status();
+      return reader->ReadValue(part).status();
     });
   }
 }

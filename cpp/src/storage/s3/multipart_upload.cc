@@ -214,6 +214,19 @@ class MultipartWriter final : public WritableFile {
     return finish_status_;
   }
 
+  // A CreateMultipartUpload whose answer was lost, then sent again, leaves
+  // an upload nobody completes, whose parts the store keeps (and bills).
+  // The key is this writer's own (a new file in its folder), so every other
+  // upload still open for it is such an orphan. Best effort.
+  void AbortOtherUploads() {
+    Result<std::vector<MultipartUploadsPage::Upload>> open =
+        client_->ListMultipartUploads(key_);
+    if (!open.ok()) return;
+    for (const MultipartUploadsPage::Upload& upload : *open) {
+      if (upload.key == key_) (void)client_->AbortMultipartUpload(key_, upload.upload_id);
+    }
+  }
+
   Status Complete() {
     SK_RETURN_IF_ERROR(FirstError());
     if (upload_id_.empty()) {
@@ -230,7 +243,10 @@ class MultipartWriter final : public WritableFile {
     }
     const Status completed =
         client_->CompleteMultipartUpload(key_, upload_id_, parts);
-    if (completed.ok()) upload_id_.clear();  // nothing left to abort
+    if (completed.ok()) {
+      upload_id_.clear();  // nothing left to abort
+      AbortOtherUploads();
+    }
     if (completed.code() != StatusCode::kCommitStateUnknown) return completed;
     // Our lost attempt completed it when the object has exactly our size
     // (before, it held the empty object OpenForAppend put there).

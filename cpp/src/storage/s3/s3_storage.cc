@@ -134,8 +134,17 @@ class S3Storage final : public Storage {
       const std::string& path) override {
     SK_ASSIGN_OR_RETURN(const std::string key, ObjectKey(path));
     // Creates now, only if absent, as the interface promises; the content
-    // replaces this empty object when the file completes.
-    SK_RETURN_IF_ERROR(WriteIfAbsent(path, std::string_view()));
+    // replaces this empty object when the file completes. A 412 may answer
+    // this very request sent again (libcurl resends by itself when a reused
+    // connection closes before any answer): an empty object there is this
+    // placeholder, or one that nothing has filled, and is taken.
+    const Status created = WriteIfAbsent(path, std::string_view());
+    if (created.code() == StatusCode::kAlreadyExists) {
+      SK_ASSIGN_OR_RETURN(const std::optional<uint64_t> size, client_->HeadObject(key));
+      if (size != uint64_t{0}) return created;
+    } else {
+      SK_RETURN_IF_ERROR(created);
+    }
     return NewMultipartWriter(client_, key, options_.multipart);
   }
 
