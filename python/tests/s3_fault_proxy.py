@@ -308,8 +308,8 @@ class FaultProxy:
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
         if method != "HEAD":
             response += body
-        client.sendall(response)
         self._record(method, target, f"error {fault.status}")
+        client.sendall(response)
 
     def _hold_back(self, client: socket.socket, seconds: float) -> bool:
         """Waits ``seconds``; False as soon as the client closes its
@@ -372,7 +372,7 @@ class FaultProxy:
                 if not 100 <= int(status) < 200:
                     break
                 client.sendall(response_head)
-        except Closed:
+        except (Closed, OSError):  # a server answering a cut upload may reset
             if sender is not None:
                 sender.join(5)
             return "closed", "cut" if upload_fault and kind == "cut" else "unreachable"
@@ -406,7 +406,7 @@ class FaultProxy:
             else:
                 outgoing.until_close(client.sendall)
                 return "closed", outcome
-        except CutHere:
+        except (CutHere, Closed, OSError):  # cut here, or either side went away
             return "closed", outcome
         if failure:
             return "closed", outcome

@@ -119,4 +119,4 @@ def test_the_proxy_damages_bodies_where_it_is_told(s3, s3_proxy):
     assert "half" not in s3.keys()  # an upload cut short is not stored
     # Counted, not listed: the proxy records a request after relaying its
     # answer, so one the client has done with may be recorded after the next.
-    assert s3_proxy.tally() == {"flipped": 2, "cut": 2, "lost": 1}
+    assert s3_proxy.tally() == {"flipped": 2, "cut": 2, "lost": 1}, s3_proxy.seen
