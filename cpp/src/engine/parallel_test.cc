@@ -123,8 +123,16 @@ TEST(ParallelForTest, HelperThreadsAreReusedAcrossCalls) {
     }).ok());
     return on_used_threads.load();
   };
+  // The first call's three helpers are back among the idle threads only
+  // after the call returns; wait for them (by count, not by a fixed sleep,
+  // so a loaded machine does not fail the test).
+  const size_t idle_before = IdlePoolThreads();
   call();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // helpers go idle
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (IdlePoolThreads() < std::max<size_t>(idle_before, 3) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(call(), 4);
 }
 
