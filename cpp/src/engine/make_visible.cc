@@ -1,7 +1,6 @@
 #include "engine/make_visible.h"
 
 #include <chrono>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <random>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "format/commit_record.h"
+#include "format/hex64.h"
 
 namespace shardkeep::internal {
 namespace {
@@ -261,9 +261,7 @@ std::string NewGenerationName() {
                       static_cast<uint64_t>(std::chrono::steady_clock::now()
                                                 .time_since_epoch()
                                                 .count());
-  char digits[17];
-  std::snprintf(digits, sizeof(digits), "%016llx", static_cast<unsigned long long>(id));
-  return std::string(format::kGenerationPrefix) + digits;
+  return std::string(format::kGenerationPrefix) + format::Hex64(id);
 }
 
 CommitTarget::CommitTarget(Storage& storage, std::string path, std::string context)

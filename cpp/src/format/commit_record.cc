@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <iterator>
 #include <set>
 
+#include "format/hex64.h"
 #include "format/json_parse.h"
 
 namespace shardkeep::format {
@@ -17,31 +17,8 @@ using ordered_json = nlohmann::ordered_json;
 
 // Checksums are written as 16 lower-case hexadecimal digits (a JSON number
 // could not hold every u64 exactly in every reader).
-constexpr size_t kChecksumDigits = 16;
+constexpr size_t kChecksumDigits = kHex64Digits;
 constexpr char kChecksumKey[] = "checksum";
-
-std::string ChecksumHex(uint64_t value) {
-  char digits[kChecksumDigits + 1];
-  std::snprintf(digits, sizeof(digits), "%016llx", static_cast<unsigned long long>(value));
-  return digits;
-}
-
-std::optional<uint64_t> ParseChecksumHex(std::string_view digits) {
-  if (digits.size() != kChecksumDigits) return std::nullopt;
-  uint64_t value = 0;
-  for (char c : digits) {
-    int d;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else {
-      return std::nullopt;
-    }
-    value = value << 4 | static_cast<uint64_t>(d);
-  }
-  return value;
-}
 
 bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -67,7 +44,7 @@ size_t FindOwnChecksum(std::string_view bytes) {
   skip_space();
   if (!take("\"") || end < kChecksumDigits) return std::string_view::npos;
   const size_t digits = end - kChecksumDigits;
-  if (!ParseChecksumHex(bytes.substr(digits, kChecksumDigits))) return std::string_view::npos;
+  if (!ParseHex64(bytes.substr(digits, kChecksumDigits))) return std::string_view::npos;
   end = digits;
   if (!take("\"")) return std::string_view::npos;
   skip_space();
@@ -94,7 +71,7 @@ Status GetEntryChecksum(const ordered_json& entry, const std::string& file,
   auto it = entry.find(key);
   if (it == entry.end() && !required) return Status::Ok();
   if (it != entry.end() && it->is_string()) {
-    *out = ParseChecksumHex(it->get<std::string>());
+    *out = ParseHex64(it->get<std::string>());
     if (*out) return Status::Ok();
   }
   return CorruptionError(file + ": checkpointable \"" + name + "\": expected \"" + key +
@@ -179,9 +156,9 @@ std::string EncodeCommitRecord(const CommitRecord& record) {
   const bool checksummed = record.version >= kFirstChecksummedVersion;
   for (const CheckpointableEntry& e : record.checkpointables) {
     ordered_json entry = {{"kind", e.kind}};
-    if (checksummed && e.meta_checksum) entry["meta_checksum"] = ChecksumHex(*e.meta_checksum);
+    if (checksummed && e.meta_checksum) entry["meta_checksum"] = Hex64(*e.meta_checksum);
     if (checksummed && e.value_checksum) {
-      entry["value_checksum"] = ChecksumHex(*e.value_checksum);
+      entry["value_checksum"] = Hex64(*e.value_checksum);
     }
     checkpointables[e.name] = std::move(entry);
   }
@@ -224,8 +201,8 @@ Status CheckListedChecksum(std::string_view bytes, std::optional<uint64_t> expec
   const uint64_t actual = FileChecksum(bytes);
   if (actual == *expected) return Status::Ok();
   return CorruptionError(file + ": checksum mismatch: its " + std::to_string(bytes.size()) +
-                         " bytes hash to " + ChecksumHex(actual) + " but the commit record (" +
-                         kCommitFileName + ") lists " + ChecksumHex(*expected) +
+                         " bytes hash to " + Hex64(actual) + " but the commit record (" +
+                         kCommitFileName + ") lists " + Hex64(*expected) +
                          "; the file changed after the save committed, or was damaged on "
                          "the way from storage");
 }
@@ -233,7 +210,7 @@ Status CheckListedChecksum(std::string_view bytes, std::optional<uint64_t> expec
 void SealCommitRecord(std::string& record) {
   const size_t digits = FindOwnChecksum(record);
   if (digits == std::string_view::npos) return;
-  record.replace(digits, kChecksumDigits, ChecksumHex(OwnChecksum(record, digits)));
+  record.replace(digits, kChecksumDigits, Hex64(OwnChecksum(record, digits)));
 }
 
 Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
@@ -245,12 +222,12 @@ Result<CommitRecord> DecodeCommitRecord(std::string_view bytes,
   // digit still parses, and a flipped version would be misread as newer.
   const size_t own = FindOwnChecksum(bytes);
   if (own != std::string_view::npos) {
-    const uint64_t stated = *ParseChecksumHex(bytes.substr(own, kChecksumDigits));
+    const uint64_t stated = *ParseHex64(bytes.substr(own, kChecksumDigits));
     const uint64_t actual = OwnChecksum(bytes, own);
     if (actual != stated) {
       return corrupt("checksum mismatch: its " + std::to_string(bytes.size()) +
-                     " bytes hash to " + ChecksumHex(actual) + " but its \"checksum\" says " +
-                     ChecksumHex(stated) + "; the file was damaged after it was written, or "
+                     " bytes hash to " + Hex64(actual) + " but its \"checksum\" says " +
+                     Hex64(stated) + "; the file was damaged after it was written, or "
                      "on the way from storage");
     }
   }

@@ -1,9 +1,9 @@
 #include "format/lease.h"
 
-#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
+#include "format/hex64.h"
 #include "format/json_parse.h"
 
 namespace shardkeep::format {
@@ -11,7 +11,6 @@ namespace {
 
 constexpr char kLeaseFormat[] = "shardkeep-lease";
 constexpr int kLeaseVersion = 1;
-constexpr size_t kSequenceDigits = 16;
 
 }  // namespace
 
@@ -73,30 +72,13 @@ Result<LeaseRecord> DecodeLease(std::string_view bytes, const std::string& file)
 }
 
 std::string LeaseFileName(uint64_t sequence) {
-  char digits[kSequenceDigits + 1];
-  std::snprintf(digits, sizeof(digits), "%016llx",
-                static_cast<unsigned long long>(sequence));
-  return std::string(kLeasePrefix) + digits;
+  return std::string(kLeasePrefix) + Hex64(sequence);
 }
 
 std::optional<uint64_t> LeaseSequenceOf(std::string_view name) {
   const std::string_view prefix(kLeasePrefix);
-  if (!name.starts_with(prefix) || name.size() != prefix.size() + kSequenceDigits) {
-    return std::nullopt;
-  }
-  uint64_t sequence = 0;
-  for (char c : name.substr(prefix.size())) {
-    int digit;
-    if (c >= '0' && c <= '9') {
-      digit = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else {
-      return std::nullopt;
-    }
-    sequence = sequence * 16 + static_cast<uint64_t>(digit);
-  }
-  return sequence;
+  if (!name.starts_with(prefix)) return std::nullopt;
+  return ParseHex64(name.substr(prefix.size()));
 }
 
 }  // namespace shardkeep::format
