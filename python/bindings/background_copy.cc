@@ -2,11 +2,12 @@
 //
 // Copies made by Python threads (numpy) do not overlap the training
 // thread's staging: each np.copyto call needs the GIL to start, and a
-// thread waiting for the GIL gets it only every switch interval (5 ms),
-// so a copy thread copies about one shard per 5 ms. Here `add` (called
-// with the GIL) only records two pointers; batches go to native workers,
-// and `finish` waits for them without the GIL. The caller keeps every
-// source and destination alive until `finish` returns.
+// thread waiting for the GIL gets it only once per switch interval
+// (sys.getswitchinterval()), so a copy thread copies about one shard per
+// interval (docs/DESIGN_NOTES.md, "Staging memory kept between saves").
+// Here `add` (called with the GIL) only records two pointers; batches go
+// to native workers, and `finish` waits for them without the GIL. The
+// caller keeps every source and destination alive until `finish` returns.
 #include "background_copy.h"
 
 #include <nanobind/ndarray.h>

@@ -1129,10 +1129,15 @@ NB_MODULE(_core, m) {
             self->coalesce_gap_bytes = coalesce_gap_bytes;
             if (s3) self->s3 = *std::move(s3);
           },
+          // Every default is the struct's own, so that _core.Options() is the
+          // core's defaults (test_documented_defaults.py compares them with
+          // shardkeep.Options').
           nb::kw_only(), "chunk_bytes"_a = Options().chunk_bytes,
-          "compress"_a = false, "zstd_level"_a = 1, "io_threads"_a = 0,
-          "host_memory_limit"_a = 0, "timeout_s"_a = Options().timeout_s,
-          "allow_lossy_cast"_a = false,
+          "compress"_a = Options().compress, "zstd_level"_a = Options().zstd_level,
+          "io_threads"_a = Options().io_threads,
+          "host_memory_limit"_a = Options().host_memory_limit,
+          "timeout_s"_a = Options().timeout_s,
+          "allow_lossy_cast"_a = Options().allow_lossy_cast,
           "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes,
           "s3"_a = nb::none())
       .def_rw("chunk_bytes", &Options::chunk_bytes)

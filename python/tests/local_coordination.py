@@ -1,6 +1,6 @@
 """A one-process stand-in for JAX's coordination service, for tests.
 
-Its barrier runs a hook first (to stall or fail a save at a chosen phase);
+Its barrier runs a hook first (to stall, hold or fail a save at a chosen phase);
 its key-value store is write-once like JAX's. ``install`` makes every save
 of this process use it instead of the trivial single-process coordinator.
 """
@@ -61,3 +61,31 @@ def stall_at(phase: str, seconds: float, then=None):
             if then is not None:
                 then()
     return hook
+
+
+class Gate:
+    """A barrier hook that holds every save arriving at barrier `phase`
+    until `open()`: a test orders its steps by the save's phase, not by a
+    clock. `reached` is set as a save arrives. A gate never opened lets the
+    save go on after `limit_s` (a bound on a stuck test, far above any wait
+    a test means) and sets `gave_up`: a step that should have happened
+    while the save was held did not."""
+
+    def __init__(self, phase: str, limit_s: float = 300.0):
+        self.phase = phase
+        self.limit_s = limit_s
+        self.reached = threading.Event()
+        self.gave_up = False
+        self._opened = threading.Event()
+
+    def __call__(self, key: str) -> None:
+        if key.endswith("/" + self.phase):
+            self.reached.set()
+            if not self._opened.wait(self.limit_s):
+                self.gave_up = True
+
+    def wait_reached(self) -> None:
+        assert self.reached.wait(self.limit_s), f"no save reached {self.phase!r}"
+
+    def open(self) -> None:
+        self._opened.set()

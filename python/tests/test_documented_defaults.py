@@ -1,4 +1,5 @@
-"""The defaults the docs state are those of shardkeep.Options."""
+"""The defaults the docs state are those of shardkeep.Options, and those
+are the C++ core's (cpp/include/shardkeep/options.h)."""
 
 import ast
 import dataclasses
@@ -6,6 +7,7 @@ import pathlib
 import re
 
 import shardkeep as sk
+from shardkeep import _core
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -45,3 +47,29 @@ def test_no_doc_calls_another_value_the_default():
                 found += 1
                 assert ast.literal_eval(value) == defaults[name], (doc.name, name, value)
     assert found  # the phrase is in use, so the check checks something
+
+
+def _bound_fields(core_object) -> dict:
+    """{field: value} of a bound C++ struct (its def_rw properties), nested
+    structs as dicts of their own fields."""
+    fields = {}
+    for name, attr in vars(type(core_object)).items():
+        if isinstance(attr, property):
+            value = getattr(core_object, name)
+            bound = type(value).__module__.startswith("shardkeep")
+            fields[name] = _bound_fields(value) if bound else value
+    return fields
+
+
+def test_python_defaults_are_the_cores():
+    """shardkeep.Options() handed to the core equals the core's own
+    defaults, field by field: a default changed on one side only (in
+    options.h or options.py) fails here. _core.Options() takes every
+    default from the C++ struct (core_module.cc)."""
+    core = _bound_fields(_core.Options())
+    from_python = _bound_fields(sk.Options().to_core())
+    assert set(core) >= {"chunk_bytes", "compress", "io_threads", "host_memory_limit",
+                         "timeout_s", "allow_lossy_cast", "s3"}
+    differ = {name: (from_python[name], core[name]) for name in core
+              if from_python[name] != core[name] or type(from_python[name]) is not type(core[name])}
+    assert differ == {}, "(shardkeep.Options, options.h)"

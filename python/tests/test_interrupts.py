@@ -1,5 +1,9 @@
-"""Ctrl-C reaches Python within half a second while shardkeep waits, and an
-interrupted save never commits."""
+"""Ctrl-C reaches Python while shardkeep waits, without waiting for what
+it waits for, and an interrupted save never commits.
+
+Each test holds the save (or the wait) until the interrupt has come out,
+so an interrupt that only arrived once the wait ended fails the test
+whatever the machine's load."""
 
 import os
 import signal
@@ -15,29 +19,37 @@ import pytest
 
 import shardkeep as sk
 from shardkeep.saving import background_saves
-from local_coordination import LocalCoordination, stall_at
+from local_coordination import Gate, LocalCoordination
 
 _TESTS_DIR = os.path.dirname(__file__)
-_PROMPT_S = 0.5
+_LIMIT_S = 60.0  # a bound on a stuck test only
 
 
-def _sigint_after(seconds):
-    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    return timer
+def _interrupt_once_waiting(done: threading.Event) -> None:
+    """Sends SIGINT once the main thread waits in SaveFuture.result (its
+    innermost Python frame), so that the interrupt meets the wait itself,
+    not the code before it; stops looking once ``done`` is set."""
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + _LIMIT_S
+    while not done.is_set() and time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code is sk.SaveFuture.result.__code__:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.005)
 
 
-def _interrupted_after(call, delay_s=0.3):
-    """Runs call() with SIGINT sent after delay_s; returns how long after the
-    signal KeyboardInterrupt arrived."""
-    timer = _sigint_after(delay_s)
-    start = time.monotonic()
+def _interrupted_while_waiting(call) -> None:
+    """Runs call(), which waits for a save, and interrupts its wait."""
+    done = threading.Event()
+    sender = threading.Thread(target=_interrupt_once_waiting, args=(done,), daemon=True)
+    sender.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             call()
     finally:
-        timer.join()
-    return time.monotonic() - start - delay_s
+        done.set()
+        sender.join()
 
 
 def _wait_until_no_background_saves(limit_s=30.0):
@@ -52,18 +64,24 @@ def _committed(path):
 
 
 def test_ctrl_c_interrupts_result_and_the_save_never_commits(ckpt, monkeypatch):
-    LocalCoordination(stall_at("written", 2.0)).install(monkeypatch)
+    gate = Gate("written", _LIMIT_S)
+    LocalCoordination(gate).install(monkeypatch)
     future = sk.save_async(ckpt, {"w": np.ones(1000, np.float32)})
-    assert _interrupted_after(future.result) < _PROMPT_S
-    _wait_until_no_background_saves()  # the stalled save winds down...
+    _interrupted_while_waiting(future.result)
+    assert not gate.gave_up  # the interrupt came while the save was held
+    gate.open()
+    _wait_until_no_background_saves()  # the held save winds down...
     assert not _committed(ckpt)  # ...without committing
     with pytest.raises(sk.ShardkeepError):
         future.result()
 
 
 def test_ctrl_c_interrupts_a_synchronous_save(ckpt, monkeypatch):
-    LocalCoordination(stall_at("written", 2.0)).install(monkeypatch)
-    assert _interrupted_after(lambda: sk.save(ckpt, {"w": np.ones(1000)})) < _PROMPT_S
+    gate = Gate("written", _LIMIT_S)
+    LocalCoordination(gate).install(monkeypatch)
+    _interrupted_while_waiting(lambda: sk.save(ckpt, {"w": np.ones(1000)}))
+    assert not gate.gave_up
+    gate.open()
     _wait_until_no_background_saves()
     assert not _committed(ckpt)
     sk.save(ckpt, {"w": np.ones(1000)}, force=True)  # the path is usable again
@@ -74,8 +92,12 @@ def test_ctrl_c_in_a_barrier_of_the_blocking_phase_is_a_keyboard_interrupt(ckpt,
     # The "prepared" barrier runs inside the core, while the caller waits:
     # the interrupt must come out as itself, not as an error of the
     # coordination service.
-    LocalCoordination(stall_at("prepared", 5.0)).install(monkeypatch)
-    assert _interrupted_after(lambda: sk.save(ckpt, {"w": np.ones(10)})) < _PROMPT_S
+    gate = Gate("prepared", _LIMIT_S)
+    LocalCoordination(gate).install(monkeypatch)
+    _interrupted_while_waiting(lambda: sk.save(ckpt, {"w": np.ones(10)}))
+    assert not gate.gave_up
+    gate.open()
+    _wait_until_no_background_saves()
     assert not _committed(ckpt)
 
 
@@ -85,12 +107,21 @@ _JAX_WAIT = textwrap.dedent("""
     jax.distributed.initialize(f"localhost:{sys.argv[1]}", num_processes=1, process_id=0)
     from shardkeep.job import distributed
     coordination = distributed.coordination()
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-    start = time.monotonic()
+    CALL = "shardkeep-coordination-call"  # the thread the get blocks on
+
+    def get_waiting():
+        return any(t.name == CALL and t.is_alive() for t in threading.enumerate())
+
+    def interrupt_once_waiting():
+        while not get_waiting():
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_waiting, daemon=True).start()
     try:
-        coordination.get("shardkeep/never-set", 30.0)
+        coordination.get("shardkeep/never-set", 600.0)  # longer than the test waits
     except KeyboardInterrupt:
-        print("interrupted after", time.monotonic() - start - 0.5, flush=True)
+        print("interrupted while the get waited:", get_waiting(), flush=True)
     os._exit(0)  # skip JAX's shutdown barrier
 """)
 
@@ -103,20 +134,22 @@ def test_ctrl_c_interrupts_a_wait_in_jax_coordination_service():
     proc = subprocess.run([sys.executable, "-c", _JAX_WAIT, str(port)], env=env,
                           cwd=_TESTS_DIR, capture_output=True, timeout=120)
     out = proc.stdout.decode()
-    assert "interrupted after" in out, (proc.returncode, out, proc.stderr.decode()[-2000:])
-    assert float(out.split()[-1]) < _PROMPT_S
+    assert "interrupted while the get waited: True" in out, (
+        proc.returncode, out, proc.stderr.decode()[-2000:])
 
 
 def test_ctrl_c_while_the_start_is_queued_means_it_never_starts(ckpt):
     release = threading.Event()
+    released = []
 
     def slow_start():  # a save ahead in the starter's queue
-        release.wait(30)
+        released.append(release.wait(_LIMIT_S))
         raise sk.ShardkeepError("the slow start")
 
     background_saves.start(slow_start, "slow", 60.0)
     future = sk.save_async(ckpt, {"w": np.ones(10)})
-    assert _interrupted_after(future.result) < _PROMPT_S
+    _interrupted_while_waiting(future.result)
+    assert released == []  # the interrupt came while the start ahead still ran
     release.set()
     _wait_until_no_background_saves()
     assert not os.path.exists(ckpt) and not os.path.exists(ckpt + ".shardkeep-tmp")

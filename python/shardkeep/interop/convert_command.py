@@ -1,8 +1,8 @@
 """``shardkeep convert``: the command-line tool's conversion, which needs
 the Python libraries that read other formats (tensorstore, torch). The C++
-tool runs ``python -m shardkeep.convert_command SRC DST --from FORMAT
-[--allow-pickle] [--step N]``;
-exit codes are the tool's: 0 done, 2 bad arguments, 3 failed."""
+tool runs ``python -m shardkeep.interop.convert_command SRC DST
+--from FORMAT [--allow-pickle] [--step N]``; exit codes are the tool's:
+0 done, 2 bad arguments, 3 failed."""
 
 from __future__ import annotations
 

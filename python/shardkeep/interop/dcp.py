@@ -93,7 +93,9 @@ def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
 
 class DcpSource(Source):
     """A DCP checkpoint as a load's source; keys are read whole, on up to
-    ``options.io_threads`` (default: the cores, at most 8) threads."""
+    ``options.io_threads`` threads. Its default (0) means one per core
+    here too, but at most 8 where the engine takes up to 16: each of these
+    threads holds a whole key in memory, the engine's a chunk or a range."""
 
     reads_whole_leaves = True
 

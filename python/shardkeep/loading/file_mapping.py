@@ -5,9 +5,10 @@ is already laid out as the array it becomes. Mapping the data file
 (copy-on-write, MAP_PRIVATE) and viewing that byte range gives the array
 without allocating memory for it or copying it: the page cache pages are
 the array. On the CPU backend device_put adopts such a view (64-byte
-aligned) as the device buffer. Loads then cost what reading the file costs:
-on the benchmark VM, where first touches of fresh memory are expensive,
-this halves a warm load and brings a cold one near the disk's read time.
+aligned) as the device buffer. Loads then cost what reading the file costs,
+without the first touches of fresh memory, which are expensive on virtual
+machines (docs/DESIGN_NOTES.md, "Mapping instead of reading", has the
+figures).
 
 Every mapped byte is still checked against its chunk's checksum before the
 load returns (which is also what reads a cold file in, on several threads).

@@ -1,11 +1,11 @@
 """Placing a leaf's filled host boxes on their devices as one jax.Array.
 
 One ``jax.make_array_from_callback`` per leaf builds every device's array
-in a single call into XLA: about 11 µs a box, against about 50 µs a box
-through ``jax.device_put`` of a list of boxes followed by
-``make_array_from_single_device_arrays`` (6,936 boxes: 80 ms against
-340 ms). On the CPU backend a 64-byte aligned box is adopted as the
-device's buffer, not copied.
+in a single call into XLA, where ``jax.device_put`` of a list of boxes
+followed by ``make_array_from_single_device_arrays`` pays a call per box,
+which dominated loads of many small boxes (docs/DESIGN_NOTES.md, "The load
+pipeline", has the figures). On the CPU backend a 64-byte aligned box is
+adopted as the device's buffer, not copied.
 
 No two devices' arrays share memory, so that a jit donating one of them
 cannot write into another: a box that several devices hold goes to the

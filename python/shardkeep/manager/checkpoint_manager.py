@@ -34,7 +34,7 @@ How a manager works (docs/MANAGER.md has the user-facing rules):
    generations inside ``<step>``) is removed (primary) before the next save
    starts, so that one failure's partial files (a full disk's) do not make
    every later save fail too.
-5. With a ``local_root``, ``shardkeep.manager.checkpoint_manager.local_tier`` saves each process's
+5. With a ``local_root``, ``shardkeep.manager.local_tier`` saves each process's
    slice (and a copy of its ring predecessor's) to that per-process root
    at its own interval; the worker observes those commits too and applies
    ``local_keep_last`` per slice folder. ``restore`` (collective) picks
@@ -135,7 +135,7 @@ class CheckpointManager:
     ``local_save_decision_policy`` says so) each process saves its part of the
     state there and a copy of a peer's, keeping ``local_keep_last`` steps;
     ``restore`` resumes from the newest step either tier can rebuild (see
-    ``shardkeep.manager.checkpoint_manager.local_tier`` and docs/MANAGER.md, "Local tier").
+    ``shardkeep.manager.local_tier`` and docs/MANAGER.md, "Local tier").
 
     With ``reuse_unchanged`` (the default), each save takes the arrays that
     have not changed since the latest committed step (the same

@@ -10,9 +10,10 @@ Process p keeps its own slice in ``p<p>`` and a copy of its ring
 predecessor's in ``p<(p-1) % P>``, so losing one process's root loses no
 slice.
 
-Each slice is a committed one-process checkpoint (``shardkeep.manager.checkpoint_manager.local_slices``
-says how it holds a part of the job's tree), whose commit record's
-custom_metadata says ``{"shardkeep_local": {"process": q, "process_count": P}}``.
+Each slice is a committed one-process checkpoint
+(``shardkeep.manager.local_slices`` says how it holds a part of the job's
+tree), whose commit record's custom_metadata says
+``{"shardkeep_local": {"process": q, "process_count": P}}``.
 
 Save (blocking phase, training thread): stage this process's boxes as a
 save of the job does, send them to the successor with ``exchange_bytes``
@@ -22,7 +23,7 @@ predecessor's, then start both one-process saves in the background.
 Restore (collective): each process lists its root and publishes which
 slices of which steps it holds; every process then picks the same step:
 the newest one whose every slice is held by some process.
-``shardkeep.manager.checkpoint_manager.local_restore`` loads it.
+``shardkeep.manager.local_restore`` loads it.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ class LocalTier:
     def load(self, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
              options: options_lib.Options) -> dict[str, Any]:
         """Loads ``decision.step`` from the slices (collective; see
-        ``shardkeep.manager.checkpoint_manager.local_restore``), reported as a
+        ``shardkeep.manager.local_restore``), reported as a
         load of this process's root (``shardkeep.base.events``)."""
         with events.loading(self.root):
             return local_restore.load(self, decision, targets, partial=partial,

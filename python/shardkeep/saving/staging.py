@@ -428,8 +428,9 @@ def _shard_sources(arr: jax.Array, replica_parallel: bool) -> list:
     They depend only on the sharding and the shape (a shard's position in
     ``addressable_shards`` is fixed by the sharding), so they are computed
     once per pair: building ``addressable_shards`` and their indices costs
-    JAX some 15 µs per shard, paid by a tree's first save for every leaf
-    otherwise, where a model has few distinct (sharding, shape) pairs.
+    JAX time per shard, which a tree's first save would otherwise pay for
+    every leaf, where a model has few distinct (sharding, shape) pairs
+    (docs/DESIGN_NOTES.md, "The plan of a tree saved again", has the figure).
     """
     key = (arr.sharding, arr.shape, replica_parallel)
     try:
