@@ -219,7 +219,9 @@ def test_async_saves_start_and_write_at_a_lower_cpu_priority(tmp_path):
         with open(f"/proc/self/task/{tid}/stat") as f:
             return int(f.read().rsplit(")", 1)[1].split()[16])
 
-    assert nice(starter) == os.getpriority(os.PRIO_PROCESS, 0) + background_saves.BACKGROUND_NICE
+    # Linux caps nice values at 19 (the tests may themselves run niced).
+    lowered = os.getpriority(os.PRIO_PROCESS, 0) + background_saves.BACKGROUND_NICE
+    assert nice(starter) == min(19, lowered)
     assert nice(threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
 
 
