@@ -5,6 +5,7 @@ Each test holds the save (or the wait) until the interrupt has come out,
 so an interrupt that only arrived once the wait ended fails the test
 whatever the machine's load."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -63,26 +64,31 @@ def _committed(path):
     return os.path.exists(os.path.join(path, "_SHARDKEEP"))
 
 
-def test_ctrl_c_interrupts_result_and_the_save_never_commits(ckpt, monkeypatch):
-    gate = Gate("written", _LIMIT_S)
+@contextlib.contextmanager
+def _saves_held_at(phase, monkeypatch):
+    """Holds every save at barrier ``phase`` for the body, which interrupts
+    a wait for one; then checks the interrupt came while the save was held,
+    lets the save go on and waits for it to wind down."""
+    gate = Gate(phase, _LIMIT_S)
     LocalCoordination(gate).install(monkeypatch)
-    future = sk.save_async(ckpt, {"w": np.ones(1000, np.float32)})
-    _interrupted_while_waiting(future.result)
+    yield
     assert not gate.gave_up  # the interrupt came while the save was held
     gate.open()
-    _wait_until_no_background_saves()  # the held save winds down...
-    assert not _committed(ckpt)  # ...without committing
+    _wait_until_no_background_saves()
+
+
+def test_ctrl_c_interrupts_result_and_the_save_never_commits(ckpt, monkeypatch):
+    with _saves_held_at("written", monkeypatch):
+        future = sk.save_async(ckpt, {"w": np.ones(1000, np.float32)})
+        _interrupted_while_waiting(future.result)
+    assert not _committed(ckpt)  # the held save wound down without committing
     with pytest.raises(sk.ShardkeepError):
         future.result()
 
 
 def test_ctrl_c_interrupts_a_synchronous_save(ckpt, monkeypatch):
-    gate = Gate("written", _LIMIT_S)
-    LocalCoordination(gate).install(monkeypatch)
-    _interrupted_while_waiting(lambda: sk.save(ckpt, {"w": np.ones(1000)}))
-    assert not gate.gave_up
-    gate.open()
-    _wait_until_no_background_saves()
+    with _saves_held_at("written", monkeypatch):
+        _interrupted_while_waiting(lambda: sk.save(ckpt, {"w": np.ones(1000)}))
     assert not _committed(ckpt)
     sk.save(ckpt, {"w": np.ones(1000)}, force=True)  # the path is usable again
     assert _committed(ckpt)
@@ -92,12 +98,8 @@ def test_ctrl_c_in_a_barrier_of_the_blocking_phase_is_a_keyboard_interrupt(ckpt,
     # The "prepared" barrier runs inside the core, while the caller waits:
     # the interrupt must come out as itself, not as an error of the
     # coordination service.
-    gate = Gate("prepared", _LIMIT_S)
-    LocalCoordination(gate).install(monkeypatch)
-    _interrupted_while_waiting(lambda: sk.save(ckpt, {"w": np.ones(10)}))
-    assert not gate.gave_up
-    gate.open()
-    _wait_until_no_background_saves()
+    with _saves_held_at("prepared", monkeypatch):
+        _interrupted_while_waiting(lambda: sk.save(ckpt, {"w": np.ones(10)}))
     assert not _committed(ckpt)
 
 
