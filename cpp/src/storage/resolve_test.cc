@@ -18,11 +18,6 @@ TEST(ResolveStorageTest, PlainPathsAndFileUrlsUseTheFileBackend) {
     SK_ASSERT_OK_AND_ASSIGN(StorageLocation location, ResolveStorage(url));
     EXPECT_EQ(location.path, path) << url;
     EXPECT_TRUE(location.storage->features().durable_sync) << url;
-    // The same rule tells callers (the manager, the CLI) a local path.
-    EXPECT_EQ(LocalFilePath(url), path) << url;
-  }
-  for (const char* url : {"s3://b/p", "memory://n/p", "memory-objects://n", "gs://b/p"}) {
-    EXPECT_EQ(LocalFilePath(url), std::nullopt) << url;
   }
 }
 
