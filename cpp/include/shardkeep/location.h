@@ -6,7 +6,8 @@
 //
 // Spellings of one checkpoint share a key (docs/DESIGN_NOTES.md, "One
 // Location"): a local path is made absolute and normalised lexically
-// ("/a", "/a/", "file:///a", "/b/../a", "a" run in "/" are one key, "/a");
+// ("/a", "/a/", "file:///a", "/b/../a", "a" run in "/" are one key, "/a"),
+// and the file backend opens that key, so the key is what is opened;
 // a URL of another store keeps its path as written but for trailing '/'
 // (an object key's ".." or "//" is a different key, not a step up).
 #pragma once
@@ -35,8 +36,8 @@ struct Location {
   // "<scheme>://<path>" without trailing '/'.
   std::string key;
   // The path inside the store that ResolveStorage hands its backend: a
-  // local path as given (relative ones stay relative), an S3 key prefix, a
-  // memory store's name and path; never a trailing '/'.
+  // local path's key (so what is opened is what the key names), an S3 key
+  // prefix, a memory store's name and path; never a trailing '/'.
   std::string path;
   // The absolute, normalised path on this machine's file system when the
   // scheme is "file" (equal to `key`), else nullopt.

@@ -201,8 +201,8 @@ struct StorageLocation {
 // "memory://name/a/b" → the process-wide memory store, path "name/a/b";
 // "memory-objects://name/a/b" → the process-wide memory store in object-store
 // mode (a separate one, for tests of the object-store commit);
-// "file:///x/y" or "/x/y" or "x/y" → the file backend, path as given (a
-// trailing '/' is dropped). ParseLocation (location.h) reads the URL: its
+// "file:///x/y" or "/x/y" or "x/y" → the file backend, the path made
+// absolute and normalised (Location::key). ParseLocation (location.h) reads the URL: its
 // errors (an unknown scheme, an empty path, a malformed s3:// URL) are
 // this call's.
 // "s3://bucket/prefix" → the S3 backend of `bucket` configured from `s3`,

@@ -111,9 +111,12 @@ Result<Location> ParseLocation(const std::string& url) {
   location.scheme = traits->name;
   location.object_store = traits->object_store;
   if (traits->local) {
+    // The backend opens the key itself: were it handed "/b/../a", the
+    // file system would need /b to exist and would follow /b if it is a
+    // link, and the key would not name what is opened.
     location.storage = "file";
-    location.path = StripTrailingSlashes(path);
     SK_ASSIGN_OR_RETURN(location.key, AbsoluteNormalPath(url, path));
+    location.path = location.key;
     location.local_path = location.key;
     return location;
   }

@@ -25,6 +25,7 @@ TEST(LocationTest, SpellingsOfOneLocalFolderShareAKey) {
     const Location location = Parsed(url);
     EXPECT_EQ(location.key, "/a") << url;
     EXPECT_EQ(location.local_path, "/a") << url;
+    EXPECT_EQ(location.path, "/a") << url;
     EXPECT_EQ(location.scheme, "file") << url;
     EXPECT_EQ(location.storage, "file") << url;
     EXPECT_FALSE(location.object_store) << url;
@@ -41,15 +42,14 @@ TEST(LocationTest, RelativePathsAreKeyedByTheWorkingDirectory) {
   EXPECT_EQ(Parsed("file://x/y/").key, cwd + "/x/y");
   EXPECT_EQ(Parsed("./x/../y").local_path, cwd + "/y");
   EXPECT_EQ(Parsed("../z").key, parent + "/z");
-  // The backend still gets the path as written.
-  EXPECT_EQ(Parsed("x/y/").path, "x/y");
-  EXPECT_EQ(Parsed("file:///x/y/").path, "/x/y");
+  // The backend opens the key: the folder the key names.
+  EXPECT_EQ(Parsed("x/y/").path, cwd + "/x/y");
+  EXPECT_EQ(Parsed("file:///x/../y/").path, "/y");
 }
 
 TEST(LocationTest, AStringWithoutASchemeBeforeItsSeparatorIsAPath) {
   const Location location = Parsed("/d/a://b");
   EXPECT_EQ(location.scheme, "file");
-  EXPECT_EQ(location.path, "/d/a://b");
   EXPECT_EQ(location.key, "/d/a:/b");  // as the file system reads "//"
   EXPECT_EQ(Parsed("1x://b").scheme, "file");  // a scheme starts with a letter
 }

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "shardkeep/storage.h"
 #include "testing/status_matchers.h"
 
@@ -7,12 +9,14 @@ namespace shardkeep {
 namespace {
 
 TEST(ResolveStorageTest, PlainPathsAndFileUrlsUseTheFileBackend) {
+  // The file backend opens the location's key (location_test.cc).
+  const std::string cwd = std::filesystem::current_path().string();
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"/x/y", "/x/y"},          {"x/y", "x/y"},
+      {"/x/y", "/x/y"},          {"x/y", cwd + "/x/y"},
       {"/x/y/", "/x/y"},         {"/x/y//", "/x/y"},
       {"/", "/"},                {"file:///x/y", "/x/y"},
-      {"file://x/y/", "x/y"},    {"file:///", "/"},
-      {"dir/a://b", "dir/a://b"},  // not a scheme: contains '/'
+      {"file://x/y/", cwd + "/x/y"},    {"file:///", "/"},
+      {"dir/a://b", cwd + "/dir/a:/b"},  // not a scheme: contains '/'
   };
   for (const auto& [url, path] : cases) {
     SK_ASSERT_OK_AND_ASSIGN(StorageLocation location, ResolveStorage(url));

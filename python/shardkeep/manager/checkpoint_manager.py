@@ -760,12 +760,9 @@ class CheckpointManager:
 
 
 def _root_url(root) -> str:
-    """``root`` as the core resolves it: an absolute path, or a URL of another backend."""
-    root = os.fspath(root)
-    local = _core.local_file_path(root)
-    if local is None:
-        return root.rstrip("/")  # the core refuses schemes it does not know when listing
-    return os.path.abspath(local)
+    """``root``'s canonical key (``_core.Location``): an absolute path, or a
+    URL of another backend; InvalidArgumentError for one no backend reads."""
+    return _core.Location(os.fspath(root)).key
 
 
 _join = leftovers.join

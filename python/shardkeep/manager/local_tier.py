@@ -69,11 +69,11 @@ class LocalSave:
 def local_root(template, process_index: int) -> str:
     """``template`` with ``{process}`` replaced: this process's local root."""
     root = os.fspath(template)
-    local = _core.local_file_path(root)
+    local = _core.Location(root.replace("{process}", str(process_index))).local_path
     if local is None:
         raise InvalidArgumentError(
             f"local_root must be a path on this host's own storage, got {root!r}")
-    return os.path.abspath(local.replace("{process}", str(process_index)))
+    return local
 
 
 class LocalTier:
