@@ -1380,9 +1380,29 @@ NB_MODULE(_core, m) {
         " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"
         " default for raw chunks on local files) are not read through storage and"
         " are not counted: measure with map_files=False.");
-  // The name a save on storage that renames writes <path> under until it
-  // commits (checkpoint_root.h); the manager removes it after a failure.
-  m.attr("TEMPORARY_SUFFIX") = nb::str(kTemporarySuffix);
+  // A root's layout (checkpoint_root.h): the front asks for these names
+  // instead of spelling them.
+  m.def("temporary_folder", &TemporaryFolderOf, "path"_a,
+        "The folder a save to path writes before its commit on storage with rename.");
+  m.def(
+      "step_folder_name",
+      [](int64_t step, int width) {
+        if (step < 0 || width < 1) {
+          Raise(InvalidArgumentError("step_folder_name(" + std::to_string(step) + ", " +
+                                     std::to_string(width) +
+                                     "): the step must be >= 0 and the width >= 1"));
+        }
+        return StepFolderName(step, width);
+      },
+      "step"_a, "width"_a, "Step's folder under a managed root: its digits, zero-padded to width.");
+  m.def(
+      "step_of_folder", [](const std::string& name) { return StepOfFolderName(name); }, "name"_a,
+      "The step a folder name under a managed root names, or None for any other name.");
+  m.def("slice_folder_name", &SliceFolderName, "process"_a,
+        "The folder of process's slices under a local tier's root.");
+  m.def(
+      "slice_of_folder", [](const std::string& name) { return SliceOfFolderName(name); },
+      "name"_a, "The process whose slices a folder under a local tier's root holds, or None.");
   nb::class_<RootEntry>(m, "RootEntry", "One entry directly under a checkpoint root.")
       .def_ro("name", &RootEntry::name, "The entry's name under the root (not a path).")
       .def_prop_ro("state", [](const RootEntry& e) { return EntryStateName(e.state); },
