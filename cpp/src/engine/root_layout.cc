@@ -40,7 +40,12 @@ std::optional<int64_t> StepOfFolderName(std::string_view name) {
   return DigitsValue(name, std::numeric_limits<int64_t>::max());
 }
 
-std::string SliceFolderName(int process) { return "p" + std::to_string(process); }
+std::string SliceFolderName(int process) {
+  // Appended, not "p" + to_string(): GCC 12 warns (-Wrestrict) on that.
+  std::string name = "p";
+  name += std::to_string(process);
+  return name;
+}
 
 std::optional<int> SliceOfFolderName(std::string_view name) {
   if (!name.starts_with('p')) return std::nullopt;
