@@ -14,14 +14,15 @@
 
 namespace shardkeep::cli {
 
-Result<Location> OpenLocation(const std::string& url) {
-  Location location;
+Result<OpenedLocation> OpenLocation(const std::string& url) {
+  OpenedLocation location;
   location.url = url;
   while (location.url.size() > 1 && location.url.back() == '/') location.url.pop_back();
   SK_ASSIGN_OR_RETURN(StorageLocation resolved, ResolveStorage(location.url));
   location.storage = std::move(resolved.storage);
   location.path = std::move(resolved.path);
-  location.local = LocalFilePath(location.url).has_value();
+  SK_ASSIGN_OR_RETURN(const Location where, ParseLocation(location.url));
+  location.local = where.local_path.has_value();
   return location;
 }
 

@@ -13,20 +13,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardkeep/location.h"
 #include "shardkeep/status.h"
 #include "shardkeep/storage.h"
 
 namespace shardkeep::cli {
 
 // A URL as the user typed it, resolved to its backend.
-struct Location {
+struct OpenedLocation {
   std::string url;  // as given, without a trailing '/'
   std::shared_ptr<Storage> storage;
   std::string path;  // inside `storage`
   bool local = false;  // a path on this machine's file system
 };
 
-Result<Location> OpenLocation(const std::string& url);
+Result<OpenedLocation> OpenLocation(const std::string& url);
 // "<parent>/<name>" for URLs and paths alike.
 std::string JoinUrl(const std::string& parent, const std::string& name);
 
@@ -49,7 +50,7 @@ std::vector<FolderUsage> MeasureUsage(Storage& storage,
 
 // Newest modification time (ns since the epoch) of `path` and everything
 // below it: the last time a writer touched it. Only for local paths
-// (Location::local); nullopt when it cannot be read (e.g. it vanished).
+// (OpenedLocation::local); nullopt when it cannot be read (e.g. it vanished).
 std::optional<int64_t> NewestLocalModificationNs(const std::string& path);
 int64_t NowNs();
 

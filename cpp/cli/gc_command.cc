@@ -50,7 +50,7 @@ std::string WhyKept(const CollectedEntry& c, const SurveyedEntry& s, const GcArg
 }  // namespace
 
 int RunGc(const GcArgs& args) {
-  Result<Location> root = OpenLocation(args.url);
+  Result<OpenedLocation> root = OpenLocation(args.url);
   if (!root.ok()) {
     PrintError("gc", args.url, root.status());
     return kFailed;

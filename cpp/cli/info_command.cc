@@ -105,7 +105,7 @@ PytreeReport DescribePytree(const PytreeInfo& tree) {
 }  // namespace
 
 int RunInfo(const InfoArgs& args) {
-  Result<Location> location = OpenLocation(args.url);
+  Result<OpenedLocation> location = OpenLocation(args.url);
   if (!location.ok()) {
     PrintError("info", args.url, location.status());
     return kFailed;

@@ -128,7 +128,7 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
 }  // namespace
 
 int RunLs(const LsArgs& args) {
-  Result<Location> root = OpenLocation(args.url);
+  Result<OpenedLocation> root = OpenLocation(args.url);
   if (!root.ok()) {
     PrintError("ls", args.url, root.status());
     return kFailed;

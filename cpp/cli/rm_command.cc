@@ -10,7 +10,7 @@
 namespace shardkeep::cli {
 
 int RunRm(const RmArgs& args) {
-  Result<Location> location = OpenLocation(args.url);
+  Result<OpenedLocation> location = OpenLocation(args.url);
   if (!location.ok()) {
     PrintError("rm", args.url, location.status());
     return kFailed;

@@ -7,7 +7,7 @@
 
 namespace shardkeep::cli {
 
-Result<std::vector<SurveyedEntry>> SurveyRoot(const Location& root) {
+Result<std::vector<SurveyedEntry>> SurveyRoot(const OpenedLocation& root) {
   SK_ASSIGN_OR_RETURN(std::vector<RootEntry> entries,
                       ListCheckpoints(*root.storage, root.path));
   std::vector<SurveyedEntry> surveyed(entries.size());

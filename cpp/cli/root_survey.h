@@ -31,6 +31,6 @@ struct SurveyedEntry {
 
 // Every entry directly under `root`, sorted by name. Fails only when the
 // root cannot be listed.
-Result<std::vector<SurveyedEntry>> SurveyRoot(const Location& root);
+Result<std::vector<SurveyedEntry>> SurveyRoot(const OpenedLocation& root);
 
 }  // namespace shardkeep::cli

@@ -27,6 +27,7 @@
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
+#include "shardkeep/location.h"
 #include "format/commit_record.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
@@ -221,16 +222,6 @@ nb::object ShardDataOrTypeError(nb::handle data) {
         data);
   }
   return nb::borrow(data);
-}
-
-// "s3://bucket" of "s3://bucket/a/b"; "" for a path of the file system
-// ("/a/b", "a/b", "file:///a/b"): what a save and the checkpoint its
-// StoredIn names must share, as linking and reading go through the save's
-// storage.
-std::string StorageOf(const std::string& url) {
-  const size_t scheme = url.find("://");
-  if (scheme == std::string::npos || url.compare(0, scheme, "file") == 0) return "";
-  return url.substr(0, url.find('/', scheme + 3));
 }
 
 nb::object ReadBufferOrTypeError(nb::handle buffer) {
@@ -462,7 +453,7 @@ ShardData SourceShard(const PyShard& shard, const std::string& part) {
 class PlacesOfSave {
  public:
   PlacesOfSave(std::string url, const Options& options)
-      : url_(std::move(url)), storage_(StorageOf(url_)), options_(options) {}
+      : url_(std::move(url)), storage_(StoreOf(url_)), options_(options) {}
 
   // `place` (a StoredIn) in the save's storage; InvalidArgument when it is
   // in another storage.
@@ -470,7 +461,7 @@ class PlacesOfSave {
     StoredIn stored = nb::cast<StoredIn>(place);
     auto found = paths_.find(stored.checkpoint);
     if (found == paths_.end()) {
-      if (StorageOf(stored.checkpoint) != storage_) {
+      if (StoreOf(stored.checkpoint) != storage_) {
         Raise(InvalidArgumentError("the save to " + url_ + " cannot reuse the arrays of " +
                                    stored.checkpoint + ": it is in another storage"));
       }
@@ -481,6 +472,12 @@ class PlacesOfSave {
   }
 
  private:
+  // What a save and the checkpoint its StoredIn names must share, as
+  // linking and reading go through the save's storage.
+  static std::string StoreOf(const std::string& url) {
+    return ValueOrRaise(ParseLocation(url)).storage;
+  }
+
   const std::string url_;
   const std::string storage_;
   const Options& options_;
@@ -1325,9 +1322,26 @@ NB_MODULE(_core, m) {
       [](const std::string& name) { ThrowIfError(format::CheckCheckpointableName(name)); },
       "name"_a,
       "Raises InvalidArgumentError for a name no save accepts (the core's one rule).");
-  m.def("local_file_path", &LocalFilePath, "url"_a,
-        "The file-system path a URL names when it names the file backend (a plain path"
-        " or file://), else None (s3://, memory://, unknown schemes).");
+  nb::class_<Location>(m, "Location",
+                       "Where a path or storage URL points: the core's one reading of them"
+                       " (docs/DESIGN_NOTES.md, \"One Location\"). Raises"
+                       " InvalidArgumentError for a URL no backend reads.")
+      .def("__init__",
+           [](Location* self, const std::string& url) {
+             new (self) Location(ValueOrRaise(ParseLocation(url)));
+           },
+           "url"_a)
+      .def_ro("url", &Location::url, "The URL as given.")
+      .def_ro("scheme", &Location::scheme, "\"file\" for plain paths, else the URL's scheme.")
+      .def_ro("storage", &Location::storage,
+              "Equal for two locations of one store (\"file\", \"s3://<bucket>\", ...).")
+      .def_ro("key", &Location::key, "The canonical spelling: equal keys are one checkpoint.")
+      .def_ro("path", &Location::path, "The path inside the store, as its backend gets it.")
+      .def_ro("local_path", &Location::local_path,
+              "The absolute, normalised path on this machine's file system, or None.")
+      .def_ro("object_store", &Location::object_store,
+              "Keys only, no rename (s3, memory-objects).")
+      .def("__repr__", [](const Location& l) { return "Location(" + l.key + ")"; });
   m.def(
       "check_cast",
       [](const std::string& from, const std::string& to, bool allow_lossy,
@@ -1366,9 +1380,29 @@ NB_MODULE(_core, m) {
         " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"
         " default for raw chunks on local files) are not read through storage and"
         " are not counted: measure with map_files=False.");
-  // The name a save on storage that renames writes <path> under until it
-  // commits (checkpoint_root.h); the manager removes it after a failure.
-  m.attr("TEMPORARY_SUFFIX") = nb::str(kTemporarySuffix);
+  // A root's layout (checkpoint_root.h): the front asks for these names
+  // instead of spelling them.
+  m.def("temporary_folder", &TemporaryFolderOf, "path"_a,
+        "The folder a save to path writes before its commit on storage with rename.");
+  m.def(
+      "step_folder_name",
+      [](int64_t step, int width) {
+        if (step < 0 || width < 1) {
+          Raise(InvalidArgumentError("step_folder_name(" + std::to_string(step) + ", " +
+                                     std::to_string(width) +
+                                     "): the step must be >= 0 and the width >= 1"));
+        }
+        return StepFolderName(step, width);
+      },
+      "step"_a, "width"_a, "Step's folder under a managed root: its digits, zero-padded to width.");
+  m.def(
+      "step_of_folder", [](const std::string& name) { return StepOfFolderName(name); }, "name"_a,
+      "The step a folder name under a managed root names, or None for any other name.");
+  m.def("slice_folder_name", &SliceFolderName, "process"_a,
+        "The folder of process's slices under a local tier's root.");
+  m.def(
+      "slice_of_folder", [](const std::string& name) { return SliceOfFolderName(name); },
+      "name"_a, "The process whose slices a folder under a local tier's root holds, or None.");
   nb::class_<RootEntry>(m, "RootEntry", "One entry directly under a checkpoint root.")
       .def_ro("name", &RootEntry::name, "The entry's name under the root (not a path).")
       .def_prop_ro("state", [](const RootEntry& e) { return EntryStateName(e.state); },

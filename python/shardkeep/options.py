@@ -119,7 +119,9 @@ class Options:
         """Whether a load of ``path`` uses load-and-broadcast."""
         if self.broadcast_load is not None:
             return bool(self.broadcast_load)
-        return path.startswith("s3://")
+        from . import _core  # Imported late so that this module stays importable alone.
+
+        return _core.Location(path).object_store
 
     def to_core(self):
         """Returns the equivalent ``shardkeep._core.Options``."""

@@ -123,6 +123,16 @@ def test_failed_saves_and_loads(tmp_path, recorded):
     assert "/jax/orbax/write/async/total_duration_secs" not in recorded.durations
 
 
+def test_the_storage_type_is_the_locations_scheme(tmp_path, recorded):
+    sk.save(f"file://{tmp_path}/a", STATE)
+    sk.save(f"memory://{tmp_path.name}/a", STATE)
+    with pytest.raises(sk.InvalidArgumentError, match="unknown scheme 'gopher'"):
+        sk.load("gopher://host/a")  # no backend reads it: its failure is still recorded
+    assert [kw["storage_type"] for name, kw in recorded.events
+            if name.endswith("/storage_type")] == ["file", "memory", "unknown"]
+    assert recorded.names().count("/jax/shardkeep/read/failure") == 1
+
+
 def test_a_manager_restore_is_a_load(tmp_path, recorded):
     with sk.CheckpointManager(tmp_path) as mgr:
         mgr.save(1, STATE)

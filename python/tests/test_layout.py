@@ -5,6 +5,7 @@ no module reaching into another's private names, and a public API that is
 import ast
 import inspect
 import pathlib
+import re
 
 import shardkeep
 
@@ -98,3 +99,54 @@ def test_the_public_api_is_all_and_nothing_else():
     modules = {name for name in public if inspect.ismodule(getattr(shardkeep, name))}
     assert modules <= set(ROLES) | {"errors", "options", "s3_settings"} | namespaces
     assert public - (modules - namespaces) == set(shardkeep.__all__)
+
+
+# Where a checkpoint lives and how a root is laid out are the core's to say
+# (``_core.Location``; ``step_folder_name``, ``temporary_folder`` and the
+# other root-layout calls): adding a storage scheme or renaming a folder
+# touches the core and nothing here.
+STORAGE_SCHEMES = re.compile(r"\b(?:s3|gs|file|memory|memory-objects)://")
+LAYOUT_NAMES = re.compile(r"\.shardkeep-(?:tmp|old|deleting|g|lease)")
+
+
+def _code_strings(path: pathlib.Path):
+    """(line, text) of a file's string constants, docstrings left out (they
+    tell users which URLs work; code that decides must not spell them)."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and id(node) not in docstrings):
+            yield node.lineno, node.value
+
+
+def test_no_module_spells_a_storage_scheme_or_a_roots_folder_names():
+    spelled = [f"{path.relative_to(PACKAGE)}:{line}: {text!r}" for path in _sources(PACKAGE)
+               for line, text in _code_strings(path)
+               if STORAGE_SCHEMES.search(text) or LAYOUT_NAMES.search(text)]
+    assert spelled == []
+
+
+def test_the_core_alone_reads_and_writes_step_folder_names():
+    # A regular expression that reads "000000100", or a number zero-padded
+    # by a format spec: a second spelling of the core's step folders. Orbax's
+    # step folders are Orbax's format, read where it is (interop/orbax.py).
+    spellings = []
+    for path in _sources(PACKAGE):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
+                    and node.args and isinstance(node.args[0], ast.Constant)
+                    and re.fullmatch(node.args[0].value, "000000100")):
+                spellings.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if (isinstance(node, ast.FormattedValue) and isinstance(node.format_spec, ast.JoinedStr)
+                    and node.format_spec.values
+                    and isinstance(node.format_spec.values[0], ast.Constant)
+                    and str(node.format_spec.values[0].value).startswith("0")):
+                spellings.append(f"{path.relative_to(PACKAGE)}:{node.lineno} (zero-padding)")
+    assert [s for s in spellings if not s.startswith("interop/orbax.py:")] == []

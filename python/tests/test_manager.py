@@ -472,11 +472,13 @@ def test_two_processes_make_the_same_decisions(tmp_path):
 
 
 def test_the_core_tells_local_paths_from_urls(tmp_path):
-    # One rule (the core's LocalFilePath) for the manager, the local tier and load.
-    assert _core.local_file_path(f"file://{tmp_path}/") == str(tmp_path)
-    assert _core.local_file_path(f"{tmp_path}/a://b") == f"{tmp_path}/a://b"  # no scheme
-    for url in ("s3://bucket/run", "memory://run", "gs://bucket/run"):
-        assert _core.local_file_path(url) is None
+    # One rule (the core's Location) for the manager, the local tier and load.
+    assert _core.Location(f"file://{tmp_path}/").local_path == str(tmp_path)
+    assert _core.Location(f"{tmp_path}/a://b").scheme == "file"  # no scheme before "://"
+    for url in ("s3://bucket/run", "memory://run"):
+        assert _core.Location(url).local_path is None
+    with pytest.raises(sk.InvalidArgumentError, match="unknown scheme 'gs'"):
+        _core.Location("gs://bucket/run")
     with sk.CheckpointManager(f"file://{tmp_path}/run/") as mgr:
         mgr.save(1, state(1))
     with sk.CheckpointManager(tmp_path / "run") as mgr:

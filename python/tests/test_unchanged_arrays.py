@@ -72,6 +72,15 @@ def test_an_unchanged_array_is_linked_and_survives_its_base(tmp_path, state, mes
     assert_loads(b, state)
 
 
+def test_a_base_named_by_another_spelling_is_the_same_checkpoint(tmp_path, state):
+    # The core's Location gives every spelling of a local folder one key:
+    # the arrays saved to a plain path are found through a file:// URL.
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    sk.save(a, state)
+    sk.save(b, state, base=f"file://{tmp_path}/elsewhere/../a/")
+    assert shared_with(b, a) >= state["frozen"].nbytes + state["adapter"].nbytes
+
+
 def test_a_new_array_with_the_same_values_is_written(tmp_path, state):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     sk.save(a, state)

@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkeep/status.h"
@@ -41,6 +42,27 @@ inline constexpr char kDeletingSuffix[] = ".shardkeep-deleting";
 // that its lease is still its own and its files are all there, and fails
 // with LeaseLost otherwise.
 inline constexpr char kLeaseFilePrefix[] = ".shardkeep-lease-";
+
+// Where a save to `path` writes before its commit on storage with rename:
+// <path>.shardkeep-tmp.
+std::string TemporaryFolderOf(const std::string& path);
+
+// A managed root's layout (docs/MANAGER.md): step s of a CheckpointManager
+// is the folder named by its decimal digits, zero-padded to `width`
+// ("000000100" for step 100, width 9). REQUIRES: step >= 0.
+std::string StepFolderName(int64_t step, int width);
+// The step a folder name under a managed root names: a name of ASCII digits
+// only (any padding: a root written with another width still lists),
+// nullopt for anything else, such as a leftover's suffixed name, or digits
+// beyond int64.
+std::optional<int64_t> StepOfFolderName(std::string_view name);
+
+// A local tier's root holds one folder per slice, "p<q>" for the slice of
+// process q, each a managed root of that slice's steps.
+std::string SliceFolderName(int process);
+// The process whose slice a folder name under a local tier's root holds
+// ("p3" → 3), nullopt for any other name.
+std::optional<int> SliceOfFolderName(std::string_view name);
 
 enum class EntryState {
   kCommitted,     // <name>/_SHARDKEEP exists and decodes

@@ -201,21 +201,15 @@ struct StorageLocation {
 // "memory://name/a/b" → the process-wide memory store, path "name/a/b";
 // "memory-objects://name/a/b" → the process-wide memory store in object-store
 // mode (a separate one, for tests of the object-store commit);
-// "file:///x/y" or "/x/y" or "x/y" → the file backend, path as given (a
-// trailing '/' is dropped). InvalidArgument for an unknown scheme or an
-// empty path.
+// "file:///x/y" or "/x/y" or "x/y" → the file backend, the path made
+// absolute and normalised (Location::key). ParseLocation (location.h) reads the URL: its
+// errors (an unknown scheme, an empty path, a malformed s3:// URL) are
+// this call's.
 // "s3://bucket/prefix" → the S3 backend of `bucket` configured from `s3`,
 // the environment and the AWS files, path "prefix". Storages are shared
 // process-wide by configuration and bucket, so their connections are
 // reused.
 Result<StorageLocation> ResolveStorage(const std::string& url,
                                        const S3Overrides& s3 = {});
-
-// The file-system path `url` names when ResolveStorage would give it to
-// the file backend ("/x/y", "x/y", "file:///x/y" → "/x/y"; trailing '/'
-// dropped), or nullopt when it names another backend ("s3://b/p",
-// "memory://n/p", or a scheme this build does not know). The one rule for
-// telling local paths from URLs; nothing is opened.
-std::optional<std::string> LocalFilePath(const std::string& url);
 
 }  // namespace shardkeep

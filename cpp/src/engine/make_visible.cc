@@ -269,7 +269,7 @@ CommitTarget::CommitTarget(Storage& storage, std::string path, std::string conte
       path_(std::move(path)),
       context_(std::move(context)),
       renames_(storage.features().atomic_rename),
-      folder_(renames_ ? path_ + kTemporarySuffix : "") {}
+      folder_(renames_ ? TemporaryFolderOf(path_) : "") {}
 
 Status CommitTarget::CheckUsable() const {
   const StorageFeatures features = storage_.features();

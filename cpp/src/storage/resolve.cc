@@ -1,13 +1,13 @@
-// Maps a storage URL to a backend and a path inside it.
+// Maps a storage URL, read by ParseLocation, to a backend and a path
+// inside it.
 
-#include <cctype>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <utility>
 
+#include "shardkeep/location.h"
 #include "shardkeep/storage.h"
 #include "storage/s3/curl_transport.h"
 #include "storage/s3/s3_client.h"
@@ -16,26 +16,6 @@
 
 namespace shardkeep {
 namespace {
-
-// RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ). Anything else before
-// "://" means the string is a path that happens to contain "://".
-bool IsScheme(std::string_view s) {
-  if (s.empty() || !std::isalpha(static_cast<unsigned char>(s[0]))) {
-    return false;
-  }
-  for (const char c : s) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' &&
-        c != '-' && c != '.') {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string StripTrailingSlashes(std::string_view path) {
-  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-  return std::string(path);
-}
 
 // One store for the whole process, so that "memory://x" names the same
 // bytes wherever it is resolved (like a path on a shared file system).
@@ -88,53 +68,27 @@ Result<std::shared_ptr<Storage>> ProcessS3Storage(const s3::S3Url& url,
   return storage;
 }
 
-// The URL's scheme ("" for a plain path) and what follows "://".
-std::pair<std::string_view, std::string_view> SplitScheme(std::string_view url) {
-  const size_t separator = url.find("://");
-  if (separator == std::string_view::npos || !IsScheme(url.substr(0, separator))) {
-    return {"", url};
-  }
-  return {url.substr(0, separator), url.substr(separator + 3)};
-}
-
 }  // namespace
-
-std::optional<std::string> LocalFilePath(const std::string& url) {
-  const auto [scheme, path] = SplitScheme(url);
-  if (!scheme.empty() && scheme != "file") return std::nullopt;
-  return StripTrailingSlashes(path);
-}
 
 Result<StorageLocation> ResolveStorage(const std::string& url,
                                        const S3Overrides& s3) {
+  SK_ASSIGN_OR_RETURN(Location where, ParseLocation(url));
   std::shared_ptr<Storage> storage;
-  const auto [scheme, path] = SplitScheme(url);
-  if (!scheme.empty()) {
-    if (scheme == "memory") {
-      storage = ProcessMemoryStorage();
-    } else if (scheme == "memory-objects") {
-      storage = ProcessMemoryObjectStorage();
-    } else if (scheme == "file") {
-      storage = NewFileStorage();
-    } else if (scheme == "s3") {
-      SK_ASSIGN_OR_RETURN(s3::S3Url parsed, s3::ParseS3Url(url));
-      if (parsed.prefix.empty()) {
-        return InvalidArgumentError("storage URL '" + url +
-                                    "' names a bucket but no path in it");
-      }
-      SK_ASSIGN_OR_RETURN(storage, ProcessS3Storage(parsed, s3));
-      return StorageLocation{std::move(storage), parsed.prefix};
-    } else {
-      return InvalidArgumentError("storage URL " + url + ": unknown scheme '" +
-                                  std::string(scheme) + "'");
-    }
-  } else {
+  if (where.scheme == "memory") {
+    storage = ProcessMemoryStorage();
+  } else if (where.scheme == "memory-objects") {
+    storage = ProcessMemoryObjectStorage();
+  } else if (where.scheme == "s3") {
+    // Valid: ParseLocation checked it the same way.
+    SK_ASSIGN_OR_RETURN(const s3::S3Url parsed, s3::ParseS3Url(url));
+    SK_ASSIGN_OR_RETURN(storage, ProcessS3Storage(parsed, s3));
+  } else if (where.local_path) {
     storage = NewFileStorage();
+  } else {
+    return InternalError("storage URL " + url + ": scheme '" + where.scheme +
+                         "' has no backend in ResolveStorage");
   }
-  if (path.empty()) {
-    return InvalidArgumentError("storage URL '" + url + "' names no path");
-  }
-  return StorageLocation{std::move(storage), StripTrailingSlashes(path)};
+  return StorageLocation{std::move(storage), std::move(where.path)};
 }
 
 }  // namespace shardkeep

@@ -26,16 +26,20 @@ from typing import Iterator
 import jax
 
 from .. import _core
+from ..errors import InvalidArgumentError
 
 SAVE_FAILURE = "/jax/shardkeep/write/failure"
 LOAD_FAILURE = "/jax/shardkeep/read/failure"
 
 
 def storage_type(path: str) -> str:
-    """"s3", "file" or the URL's scheme ("memory", ...)."""
-    if _core.local_file_path(path) is not None:
-        return "file"
-    return path.split("://", 1)[0] if "://" in path else "other"
+    """The scheme of ``path``'s ``_core.Location``: "file", "s3", "memory", ...;
+    "unknown" for a URL no backend reads (the call on it fails, and
+    records that it did)."""
+    try:
+        return _core.Location(path).scheme
+    except InvalidArgumentError:
+        return "unknown"
 
 
 def _primary() -> bool:

@@ -94,13 +94,10 @@ class _Places:
 _places = _Places()
 
 
-def checkpoint_key(path: str) -> str:
-    """``path`` as places are compared: a local path made absolute, a URL as
-    it is, without a trailing '/'."""
-    path = os.fspath(path).rstrip("/")
-    if _core.local_file_path(path) is not None and "://" not in path:
-        return os.path.abspath(path)
-    return path
+def checkpoint_key(path) -> str:
+    """``path`` as places are compared: the core's canonical key, one for
+    every spelling of a checkpoint (``_core.Location``)."""
+    return _core.Location(os.fspath(path)).key
 
 
 def worth_remembering(value: Any) -> bool:

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="shardkeep convert",
         description="Write a shardkeep checkpoint from an Orbax, PyTorch DCP or safetensors one.")
-    parser.add_argument("src", metavar="SRC", help="the checkpoint to convert (path or s3:// URL)")
+    parser.add_argument("src", metavar="SRC", help="the checkpoint to convert (a path or a storage URL)")
     parser.add_argument("dst", metavar="DST", help="where to write the shardkeep checkpoint")
     parser.add_argument("--from", dest="source_format", required=True,
                         choices=("orbax", "dcp", "safetensors"), help="the source's format")

@@ -59,8 +59,8 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     path = os.fspath(path)
     options = options_lib.resolve(options)
     core_options = options.to_core()
-    map_files = options.map_files and _core.local_file_path(path) is not None
     reader = _core.open_safetensors(path, core_options)
+    map_files = options.map_files and _core.Location(path).local_path is not None
     meta = reader.meta(_TENSORS)
     names = [tree_codec.unescape(leaf["path"]) for leaf in meta["leaves"]]
     if target is None:

@@ -79,8 +79,6 @@ def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
                    options: options_lib.Options | None, *, one_tree: bool) -> dict[str, Any]:
     options = options_lib.resolve(options)
     core_options = options.to_core()
-    # Only the file backend's paths are files that can be mapped.
-    map_files = options.map_files and _core.local_file_path(path) is not None
     try:
         reader = _core.Reader(path, core_options)
     except ShardkeepError as e:  # NotFound for a folder, a storage error for a file
@@ -88,6 +86,8 @@ def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
         if hint is None:
             raise
         raise NotFoundError(hint) from e
+    # Only the file backend's paths are files that can be mapped.
+    map_files = options.map_files and _core.Location(path).local_path is not None
     record = json.loads(reader.commit_json())
     available = record["checkpointables"]
     if targets is None:

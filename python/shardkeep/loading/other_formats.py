@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 
+from .. import _core
+from ..errors import InvalidArgumentError
+
 # An Orbax item holds _METADATA (its tree); a step folder written by
 # Orbax's CheckpointManager holds _CHECKPOINT_METADATA.
 ORBAX_ITEM_MARKER = "_METADATA"
@@ -30,9 +33,12 @@ _NAMES = {"orbax": "an Orbax checkpoint", "dcp": "a PyTorch DCP checkpoint",
 def identify(path: str) -> str | None:
     """"orbax", "dcp" or "safetensors" when the local ``path`` holds such a
     checkpoint, else None (object stores are not looked at)."""
-    if "://" in path and not path.startswith("file://"):
+    try:
+        local = _core.Location(path).local_path
+    except InvalidArgumentError:
+        return None  # no backend reads it
+    if local is None:
         return None
-    local = path.removeprefix("file://")
     if os.path.isfile(local):
         return "safetensors" if local.endswith(_SAFETENSORS_SUFFIXES) else None
     if not os.path.isdir(local):

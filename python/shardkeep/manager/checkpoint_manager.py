@@ -51,7 +51,6 @@ import logging
 import math
 import os
 import queue
-import re
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -73,7 +72,6 @@ from ..saving.save import SaveFuture, prepare_staging, start_save
 
 logger = logging.getLogger("shardkeep")
 
-_STEP_NAME = re.compile(r"[0-9]+")
 # Slack on top of Options.timeout_s, which already bounds every wait of a save.
 _WAIT_SLACK_S = 60.0
 
@@ -264,7 +262,7 @@ class CheckpointManager:
     def step_path(self, step: int) -> str:
         """Where step ``step`` is (or would be) saved."""
         with self._lock:
-            name = self._names.get(step, f"{step:0{self._width}d}")
+            name = self._names.get(step) or _core.step_folder_name(step, self._width)
         return _join(self._root, name)
 
     def reached_preemption(self, step: int) -> bool:
@@ -331,7 +329,7 @@ class CheckpointManager:
     def _save_persistent(self, step: int, items: dict, metrics: dict) -> None:
         self._wait_pending()
         self._remove_leftovers()
-        name = f"{step:0{self._width}d}"
+        name = _core.step_folder_name(step, self._width)
         started = time.monotonic()
         started_time = policy_info.time_of_seconds(self._clock())
         base = self._hold_base()
@@ -486,9 +484,12 @@ class CheckpointManager:
         else:
             found = self._agreed_listing()
         for name, (metrics, created_ns) in found.items():
-            self._steps[int(name)] = metrics
-            self._created_ns[int(name)] = created_ns
-            self._names[int(name)] = name
+            step = _core.step_of_folder(name)
+            if step is None:  # the primary's listing holds step folders alone
+                raise ShardkeepError(f"the listing of {self._root!r} names {name!r}, no step")
+            self._steps[step] = metrics
+            self._created_ns[step] = created_ns
+            self._names[step] = name
 
     def _agreed_listing(self) -> dict[str, tuple[dict, int]]:
         """The primary's listing, shared through JAX's coordination service.
@@ -520,16 +521,17 @@ class CheckpointManager:
         entries = _core.list_checkpoints(self._root, self._options.to_core())
         for entry in entries:
             name = entry.name
-            if not _STEP_NAME.fullmatch(name):
+            step = _core.step_of_folder(name)
+            if step is None:
                 continue
             if entry.state == "rejected":
                 logger.warning("%s is ignored: %s", _join(self._root, name), entry.problem)
                 continue
             if entry.state != "committed" or entry.commit_json is None:
                 continue
-            twin = next((n for n in found if int(n) == int(name)), None)
+            twin = next((n for n in found if _core.step_of_folder(n) == step), None)
             if twin is not None:
-                logger.warning("step %d is in both %s and %s; using %s", int(name), twin, name,
+                logger.warning("step %d is in both %s and %s; using %s", step, twin, name,
                                twin)
                 continue
             record = json.loads(entry.commit_json)
@@ -543,7 +545,7 @@ class CheckpointManager:
         # folder holding uncommitted generations (object stores); the core
         # removes whichever exists and refuses anything else.
         with self._lock:
-            self._leftovers += [_join(self._root, name + _core.TEMPORARY_SUFFIX),
+            self._leftovers += [_core.temporary_folder(_join(self._root, name)),
                                 _join(self._root, name)]
 
     def _remove_leftovers(self) -> None:
@@ -760,12 +762,9 @@ class CheckpointManager:
 
 
 def _root_url(root) -> str:
-    """``root`` as the core resolves it: an absolute path, or a URL of another backend."""
-    root = os.fspath(root)
-    local = _core.local_file_path(root)
-    if local is None:
-        return root.rstrip("/")  # the core refuses schemes it does not know when listing
-    return os.path.abspath(local)
+    """``root``'s canonical key (``_core.Location``): an absolute path, or a
+    URL of another backend; InvalidArgumentError for one no backend reads."""
+    return _core.Location(os.fspath(root)).key
 
 
 _join = leftovers.join

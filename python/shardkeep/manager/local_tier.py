@@ -32,7 +32,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -50,8 +49,6 @@ from .local_restore import Decision
 
 logger = logging.getLogger("shardkeep")
 
-_FOLDER = re.compile(r"p([0-9]+)")
-_STEP_NAME = re.compile(r"[0-9]+")
 
 
 @dataclasses.dataclass
@@ -69,11 +66,11 @@ class LocalSave:
 def local_root(template, process_index: int) -> str:
     """``template`` with ``{process}`` replaced: this process's local root."""
     root = os.fspath(template)
-    local = _core.local_file_path(root)
+    local = _core.Location(root.replace("{process}", str(process_index))).local_path
     if local is None:
         raise InvalidArgumentError(
             f"local_root must be a path on this host's own storage, got {root!r}")
-    return os.path.abspath(local.replace("{process}", str(process_index)))
+    return local
 
 
 class LocalTier:
@@ -106,6 +103,10 @@ class LocalTier:
             self.held[q] = {step: name for step, (name, _, _) in listing.items()}
             self._created_ns.update({(q, step): created for step, (_, _, created)
                                      in listing.items()})
+
+    def slice_folder(self, q: int) -> str:
+        """The folder of process q's slices in this process's root."""
+        return os.path.join(self.root, _core.slice_folder_name(q))
 
     @property
     def timeout_s(self) -> float:
@@ -174,8 +175,8 @@ class LocalTier:
         return saves
 
     def _start(self, step: int, q: int, header: dict, buffers: list, lease) -> LocalSave:
-        name = f"{step:0{self._width}d}"
-        folder = os.path.join(self.root, f"p{q}")
+        name = _core.step_folder_name(step, self._width)
+        folder = self.slice_folder(q)
         os.makedirs(folder, exist_ok=True)
         parts = local_slices.parts_of(header, buffers, q, self.count,
                                       compare_with=self._previous(q, step))
@@ -197,7 +198,7 @@ class LocalTier:
         if not self._reuse or not earlier:
             return None
         latest = max(earlier)
-        return local_slices.Previous(os.path.join(self.root, f"p{q}", self.held[q][latest]),
+        return local_slices.Previous(os.path.join(self.slice_folder(q), self.held[q][latest]),
                                      self._created_ns[(q, latest)])
 
     def _drop_from(self, step: int) -> None:
@@ -212,7 +213,7 @@ class LocalTier:
         core_options = self._options.to_core()
         for q, steps in self.held.items():
             for s in sorted(x for x in steps if x >= step):
-                path = os.path.join(self.root, f"p{q}", steps.pop(s))
+                path = os.path.join(self.slice_folder(q), steps.pop(s))
                 logger.info("deleting %s: a later step of an earlier run", path)
                 _core.delete_checkpoint(path, core_options)
 
@@ -236,7 +237,7 @@ class LocalTier:
                 dropped += [(q, s) for s in other if s < oldest_kept]
         paths = []
         for q, s in dropped:
-            paths.append(os.path.join(self.root, f"p{q}", self.held[q].pop(s)))
+            paths.append(os.path.join(self.slice_folder(q), self.held[q].pop(s)))
             self._created_ns.pop((q, s), None)
         return paths
 
@@ -273,7 +274,7 @@ class LocalTier:
             holders = {q: sorted(p for p, held in everyone.items() if q in held.get(step, {}))
                        for q in range(count)}
             if all(holders.values()):
-                paths = {q: os.path.join(self.root, f"p{q}", listing[q][step][0])
+                paths = {q: os.path.join(self.slice_folder(q), listing[q][step][0])
                          for q in range(count) if self.me in holders[q]}
                 return Decision(step, count, holders, paths)
         return None
@@ -295,18 +296,18 @@ class LocalTier:
         if not os.path.isdir(self.root):  # wiped while this manager runs
             return found
         for folder_name in sorted(os.listdir(self.root)):
-            match = _FOLDER.fullmatch(folder_name)
+            q = _core.slice_of_folder(folder_name)
             folder = os.path.join(self.root, folder_name)
-            if match is None or not os.path.isdir(folder):
+            if q is None or not os.path.isdir(folder):
                 continue
-            q = int(match.group(1))
             steps = found.setdefault(q, {})
             entries = _core.list_checkpoints(folder, core_options)
             leftovers.collect(folder, entries, self._options)
             for entry in entries:
                 name = entry.name
                 path = os.path.join(folder, name)
-                if entry.commit_json is None or not _STEP_NAME.fullmatch(name):
+                step = _core.step_of_folder(name)
+                if entry.commit_json is None or step is None:
                     if entry.state == "rejected":
                         logger.warning("%s is ignored: %s", path, entry.problem)
                     continue
@@ -316,5 +317,5 @@ class LocalTier:
                 if mark.get("process") != q or not isinstance(count, int) or count <= q:
                     logger.warning("%s is ignored: it is not slice %d of a local save", path, q)
                     continue
-                steps.setdefault(int(name), (name, count, commit["created_ns"]))
+                steps.setdefault(step, (name, count, commit["created_ns"]))
         return found
