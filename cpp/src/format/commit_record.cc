@@ -137,10 +137,7 @@ Status CheckCheckpointableName(std::string_view name) {
 
 bool IsGenerationFolderName(std::string_view name) {
   const std::string_view prefix = kGenerationPrefix;
-  if (name.size() != prefix.size() + 16 || !name.starts_with(prefix)) return false;
-  return std::all_of(name.begin() + prefix.size(), name.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-  });
+  return name.starts_with(prefix) && ParseHex64(name.substr(prefix.size())).has_value();
 }
 
 std::string EncodeCommitRecord(const CommitRecord& record) {
