@@ -34,6 +34,7 @@
 #include "engine/save_queue.h"
 #include "background_copy.h"
 #include "meta_objects.h"
+#include "record_objects.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
 
@@ -627,6 +628,12 @@ struct PyReader {
     return new PyReader{ValueOrRaise(std::move(opened), url), url};
   }
 
+  binding::CommitRecordObject Commit() {
+    return ValueOrRaise(binding::DecodeCommitRecordObject(reader->commit_json(),
+                                                          url + "/_SHARDKEEP"),
+                        url);
+  }
+
   std::string MetaJson(const std::string& name) {
     return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
   }
@@ -714,18 +721,6 @@ std::vector<CollectedEntry> CollectLeftoversPy(const std::string& url,
   return WithoutGil([&] {
     return CollectLeftovers(*location.storage, location.path, entries, CollectOptions());
   });
-}
-
-const char* OutcomeName(CollectedEntry::Outcome outcome) {
-  switch (outcome) {
-    case CollectedEntry::Outcome::kRemoved: return "removed";
-    case CollectedEntry::Outcome::kNotLeftover: return "not-leftover";
-    case CollectedEntry::Outcome::kTooRecent: return "too-recent";
-    case CollectedEntry::Outcome::kAgeUnknown: return "age-unknown";
-    case CollectedEntry::Outcome::kInUse: return "in-use";
-    case CollectedEntry::Outcome::kFailed: return "failed";
-  }
-  return "failed";
 }
 
 std::optional<std::string> MessageOf(const Status& status) {
@@ -1301,7 +1296,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<PyReader>(m, "Reader")
       .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
-      .def("commit_json", [](PyReader& self) { return self.reader->commit_json(); })
+      .def_prop_ro("commit", &PyReader::Commit, "The checkpoint's _SHARDKEEP, decoded.")
       .def("meta_json", &PyReader::MetaJson, "name"_a)
       .def("meta", &PyReader::Meta, "name"_a,
            "meta.json of a checkpointable, decoded and checked by the core.")
@@ -1403,22 +1398,23 @@ NB_MODULE(_core, m) {
   m.def(
       "slice_of_folder", [](const std::string& name) { return SliceOfFolderName(name); },
       "name"_a, "The process whose slices a folder under a local tier's root holds, or None.");
+  binding::BindRecordObjects(m);
   nb::class_<RootEntry>(m, "RootEntry", "One entry directly under a checkpoint root.")
       .def_ro("name", &RootEntry::name, "The entry's name under the root (not a path).")
-      .def_prop_ro("state", [](const RootEntry& e) { return EntryStateName(e.state); },
-                   "committed, rejected, temporary, replaced, only-copy, being-deleted,"
-                   " unfinished or other.")
+      .def_ro("state", &RootEntry::state, "What the entry is.")
       .def_prop_ro("step",
                    [](const RootEntry& e) {
                      return e.state == EntryState::kCommitted ? e.step : std::nullopt;
                    },
                    "A committed checkpoint's step (None when its record has none).")
-      .def_prop_ro("commit_json",
-                   [](const RootEntry& e) -> std::optional<std::string> {
+      .def_prop_ro("commit",
+                   [](const RootEntry& e) -> std::optional<binding::CommitRecordObject> {
                      if (e.state != EntryState::kCommitted) return std::nullopt;
-                     return e.commit_json;
+                     return ValueOrRaise(
+                         binding::DecodeCommitRecordObject(e.commit_json, e.name + "/_SHARDKEEP"),
+                         e.name);
                    },
-                   "A committed checkpoint's _SHARDKEEP as stored.")
+                   "A committed checkpoint's _SHARDKEEP, decoded (None for other entries).")
       .def_prop_ro("problem", [](const RootEntry& e) { return MessageOf(e.problem); },
                    "A rejected checkpoint: why the decoder refuses its record.")
       .def("__repr__", [](const RootEntry& e) {
@@ -1429,9 +1425,8 @@ NB_MODULE(_core, m) {
   nb::class_<CollectedEntry>(m, "CollectedEntry",
                              "What collect_leftovers did with one entry.")
       .def_ro("name", &CollectedEntry::name)
-      .def_prop_ro("state", [](const CollectedEntry& c) { return EntryStateName(c.state); })
-      .def_prop_ro("outcome", [](const CollectedEntry& c) { return OutcomeName(c.outcome); },
-                   "removed, not-leftover (an only copy, a rejected checkpoint) or failed.")
+      .def_ro("state", &CollectedEntry::state)
+      .def_ro("outcome", &CollectedEntry::outcome)
       .def_prop_ro("problem", [](const CollectedEntry& c) { return MessageOf(c.problem); },
                    "failed: why; an only copy: how to recover it.");
   m.def("collect_leftovers", &CollectLeftoversPy, "root"_a, "entries"_a,
@@ -1441,9 +1436,12 @@ NB_MODULE(_core, m) {
   m.def(
       "read_commit_record",
       [](const std::string& path, const Options& options) {
-        return ValueOrRaise(OnCheckpoint(path, options, [](Storage& s, const std::string& p) {
-          return ReadCommitRecord(s, p);
-        }), path);
+        std::string text = ValueOrRaise(
+            OnCheckpoint(path, options,
+                         [](Storage& s, const std::string& p) { return ReadCommitRecord(s, p); }),
+            path);
+        return ValueOrRaise(
+            binding::DecodeCommitRecordObject(std::move(text), path + "/_SHARDKEEP"), path);
       },
       "path"_a, "options"_a = Options(), "The checkpoint's _SHARDKEEP, checked by the core's decoder.");
   m.def(

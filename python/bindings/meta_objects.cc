@@ -15,23 +15,25 @@ namespace nb = nanobind;
 namespace shardkeep::binding {
 namespace {
 
-nb::object ToPython(const nlohmann::json& j) {
+// nlohmann::json and nlohmann::ordered_json alike.
+template <typename Json>
+nb::object ToPython(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return nb::none();
-    case nlohmann::json::value_t::boolean: return nb::bool_(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return nb::int_(j.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return nb::int_(j.get<uint64_t>());
-    case nlohmann::json::value_t::number_float: return nb::float_(j.get<double>());
-    case nlohmann::json::value_t::string: {
-      const auto& s = j.get_ref<const std::string&>();
+    case Json::value_t::null: return nb::none();
+    case Json::value_t::boolean: return nb::bool_(j.template get<bool>());
+    case Json::value_t::number_integer: return nb::int_(j.template get<int64_t>());
+    case Json::value_t::number_unsigned: return nb::int_(j.template get<uint64_t>());
+    case Json::value_t::number_float: return nb::float_(j.template get<double>());
+    case Json::value_t::string: {
+      const auto& s = j.template get_ref<const std::string&>();
       return nb::str(s.data(), s.size());
     }
-    case nlohmann::json::value_t::array: {
+    case Json::value_t::array: {
       nb::list out;
       for (const auto& item : j) out.append(ToPython(item));
       return out;
     }
-    case nlohmann::json::value_t::object: {
+    case Json::value_t::object: {
       nb::dict out;
       for (const auto& [key, value] : j.items()) {
         out[nb::str(key.data(), key.size())] = ToPython(value);
@@ -99,6 +101,12 @@ Result<nlohmann::json> FromPython(nb::handle obj, int depth) {
 }
 
 }  // namespace
+
+nb::object JsonToPython(const nlohmann::json& value) { return ToPython(value); }
+
+nb::object JsonTextToPython(std::string_view text) {
+  return ToPython(nlohmann::ordered_json::parse(text));
+}
 
 nb::dict PytreeMetaToPython(const PytreeInfo& info) {
   nb::dict meta;

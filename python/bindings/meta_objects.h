@@ -6,11 +6,20 @@
 #include <nanobind/nanobind.h>
 
 #include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "shardkeep/contents.h"
 #include "shardkeep/status.h"
 
 namespace shardkeep::binding {
+
+// A JSON value as Python objects (dicts, lists, str, int, float, None).
+nanobind::object JsonToPython(const nlohmann::json& value);
+// JSON text already checked by a core decoder, as Python objects with
+// objects' members in the order of the text.
+nanobind::object JsonTextToPython(std::string_view text);
 
 // {"kind": "pytree", "tree": ..., "leaves": [...]} (plus "registered_kind"
 // when set), leaves as docs/FORMAT.md §4 spells their fields.

@@ -101,7 +101,8 @@ def test_a_save_in_flight_survives_another_process_collecting(root, collector, m
 def test_a_killed_jobs_lease_expires_with_it_and_its_leftovers_are_collected(root):
     kill_a_save(root, 2)
     listed = {e.name: e.state for e in _core.list_checkpoints(root, sk.Options().to_core())}
-    assert set(listed.values()) <= {"temporary", "unfinished"} and listed, listed
+    leftover = {_core.EntryState.TEMPORARY, _core.EntryState.UNFINISHED}
+    assert set(listed.values()) <= leftover and listed, listed
     # Its process is gone, so its lease no longer protects the folder: the
     # next manager to open the root removes it.
     with sk.CheckpointManager(root) as mgr:

@@ -34,6 +34,9 @@ def on_disk(root):
     return sorted(os.listdir(root))
 
 
+State = _core.EntryState
+
+
 def entries(root):
     """{name: state} under ``root`` (any backend), as the core classifies them."""
     return {e.name: e.state for e in _core.list_checkpoints(str(root))}
@@ -383,12 +386,12 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path, storage_faults, backend):
         assert "000000002.shardkeep-tmp" in entries(root)   # could not be removed yet
         _core.testing.disarm_storage_faults()
         mgr.wait()                                           # now it can
-        assert entries(root) == {"000000001": "committed"}
+        assert entries(root) == {"000000001": State.COMMITTED}
         assert mgr.save(3, state(3))
         mgr.wait()
         assert mgr.all_steps() == [3]
         assert_same_bits(mgr.load(3)["params"]["w"], np.asarray(state(3)["params"]["w"]))
-    assert entries(root) == {"000000003": "committed"}
+    assert entries(root) == {"000000003": State.COMMITTED}
 
 
 def test_the_manager_removes_the_leftover_of_a_failed_start(tmp_path, storage_faults):
@@ -442,7 +445,7 @@ def test_memory_roots_work_like_file_roots(tmp_path):
         mgr.wait()
         assert mgr.all_steps() == [3, 4]
         assert mgr.step_path(4) == f"{root}/04"
-    assert entries(root) == {"03": "committed", "04": "committed"}
+    assert entries(root) == {"03": State.COMMITTED, "04": State.COMMITTED}
     # Leftovers of crashed saves and deletions are collected at start.
     sk.save(f"{root}/05.shardkeep-tmp", state(5)["params"])
     sk.save(f"{root}/03.shardkeep-deleting", state(3)["params"])
@@ -450,7 +453,7 @@ def test_memory_roots_work_like_file_roots(tmp_path):
         assert mgr.all_steps() == [3, 4]
         assert mgr.metrics(4) == {"loss": 0.25}
         assert_same_bits(mgr.load(3)["params"]["w"], np.asarray(state(3)["params"]["w"]))
-    assert entries(root) == {"03": "committed", "04": "committed"}
+    assert entries(root) == {"03": State.COMMITTED, "04": State.COMMITTED}
 
 
 def test_two_processes_make_the_same_decisions(tmp_path):

@@ -33,12 +33,15 @@ def state(step):
     return {"params": {"w": w}, "opt_state": {"count": np.int32(step)}}
 
 
+State = _core.EntryState
+
+
 def entries(root):
     return {e.name: e.state for e in _core.list_checkpoints(root)}
 
 
 def data_folder(path):
-    return json.loads(_core.read_commit_record(path)).get("data_folder")
+    return _core.read_commit_record(path).data_folder
 
 
 @pytest.fixture
@@ -81,24 +84,24 @@ def test_the_manager_keeps_and_cleans_an_object_store_root(tmp_path, storage_fau
         mgr.save(5, state(5))
         with pytest.raises(sk.StorageError, match="saving step 5 .*injected failure of Append"):
             mgr.wait()
-        assert entries(root)["05"] == "unfinished"
+        assert entries(root)["05"] == State.UNFINISHED
         _core.testing.disarm_storage_faults()
         mgr.wait()  # the manager removes it now
-        assert entries(root) == {"03": "committed", "04": "committed"}
+        assert entries(root) == {"03": State.COMMITTED, "04": State.COMMITTED}
         mgr.save(6, state(6), metrics={"loss": 0.1})
         mgr.wait()
         assert mgr.all_steps() == [4, 6]
-    assert entries(root) == {"04": "committed", "06": "committed"}
+    assert entries(root) == {"04": State.COMMITTED, "06": State.COMMITTED}
 
     # What a crashed save leaves (a generation and no record) is collected
     # when a manager opens the root.
     sk.save(f"{root}/07/.shardkeep-g0123456789abcdef", state(7))
-    assert entries(root)["07"] == "unfinished"
+    assert entries(root)["07"] == State.UNFINISHED
     with sk.CheckpointManager(root, keep_last=2, step_width=2) as mgr:
         assert mgr.all_steps() == [4, 6]
         assert mgr.metrics(6) == {"loss": 0.1}
         assert_same_bits(mgr.load(6)["params"]["w"], np.asarray(state(6)["params"]["w"]))
-    assert entries(root) == {"04": "committed", "06": "committed"}
+    assert entries(root) == {"04": State.COMMITTED, "06": State.COMMITTED}
 
 
 def _move_into_generation(ckpt, generation):
@@ -132,4 +135,4 @@ def test_a_data_folder_leaving_the_checkpoint_is_refused(tmp_path):
     write_record(ckpt, record)  # its checksum sealed, as a forger's would be
     with pytest.raises(sk.CorruptionError, match="data_folder"):
         sk.load(str(ckpt))
-    assert entries(str(tmp_path))["ckpt"] == "rejected"
+    assert entries(str(tmp_path))["ckpt"] == State.REJECTED

@@ -37,7 +37,10 @@ def _kill_between_renames(folder, name: str) -> None:
     os.rename(path, path + ".shardkeep-old")        # the first rename
 
 
-def _states(folder) -> dict[str, str]:
+State = _core.EntryState
+
+
+def _states(folder) -> dict[str, _core.EntryState]:
     return {e.name: e.state for e in _core.list_checkpoints(str(folder))}
 
 
@@ -48,9 +51,9 @@ def test_gc_and_the_manager_keep_the_only_copy_and_it_loads_renamed_back(tmp_pat
             mgr.save(step, _state(step))
     _kill_between_renames(root, "000000003")
     old = root / "000000003.shardkeep-old"
-    assert _states(root) == {"000000001": "committed", "000000002": "committed",
-                             "000000003.shardkeep-old": "only-copy",
-                             "000000003.shardkeep-tmp": "temporary"}
+    assert _states(root) == {"000000001": State.COMMITTED, "000000002": State.COMMITTED,
+                             "000000003.shardkeep-old": State.ONLY_COPY,
+                             "000000003.shardkeep-tmp": State.TEMPORARY}
 
     listed = {e["name"]: e for e in run_json("ls", root)["entries"]}
     assert listed[old.name]["state"] == "only-copy" and not listed[old.name]["leftover"]
@@ -91,7 +94,7 @@ def test_the_local_tier_keeps_the_only_copy_of_a_slice(tmp_path):
     folder = tmp_path / "local0" / "p0"
     name = max(n for n in os.listdir(folder) if n.isdigit())
     _kill_between_renames(folder, name)
-    assert _states(folder)[name + ".shardkeep-old"] == "only-copy"
+    assert _states(folder)[name + ".shardkeep-old"] == State.ONLY_COPY
 
     with manager() as mgr:
         assert mgr.restore()[0] != 2

@@ -23,7 +23,7 @@ def test_the_package_is_marked_typed_and_the_extension_has_stubs():
                      "class Options", "class Reader", "def list_checkpoints(",
                      "def ranges(self", "def storage_bytes_read() -> int",
                      "class RootEntry", "def list_checkpoints(root: str, options: Options = ...)"
-                     " -> list[RootEntry]", "def commit_json(self) -> str | None",
+                     " -> list[RootEntry]", "def commit(self) -> CommitRecord | None",
                      "def collect_leftovers(", "class Location", "def local_path(self) -> str | None",
                      "def check_checkpointable_name(name: str) -> None"):
         assert declared in stub, declared

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any
@@ -94,18 +93,17 @@ def metadata(path, *, options: options_lib.Options | None = None) -> CheckpointI
     """
     path = os.fspath(path)
     reader = _core.Reader(path, options_lib.resolve(options).to_core())
-    record = json.loads(reader.commit_json())
+    record = reader.commit
     parts = {}
-    for name, entry in record["checkpointables"].items():
-        kind = entry["kind"]
+    for name, kind in record.checkpointables.items():
         if kind == "pytree":
             meta = reader.meta(name)
             leaves = tuple(_leaf_info(leaf) for leaf in meta["leaves"])
             parts[name] = CheckpointableInfo(name, kind, leaves, meta["tree"])
         else:
             parts[name] = CheckpointableInfo(name, kind)
-    return CheckpointInfo(path, record.get("step"), parts, record.get("custom_metadata", {}),
-                          record.get("metrics", {}), record)
+    return CheckpointInfo(path, record.step, parts, record.custom_metadata, record.metrics,
+                          record.document())
 
 
 def _leaf_info(leaf: dict) -> LeafInfo:

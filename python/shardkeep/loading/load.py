@@ -88,8 +88,8 @@ def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
         raise NotFoundError(hint) from e
     # Only the file backend's paths are files that can be mapped.
     map_files = options.map_files and _core.Location(path).local_path is not None
-    record = json.loads(reader.commit_json())
-    available = record["checkpointables"]
+    record = reader.commit
+    available = record.checkpointables  # name -> kind
     if targets is None:
         targets = {name: None for name in available}
     if not isinstance(targets, Mapping):
@@ -106,8 +106,8 @@ def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
                     f" or sk.load({path!r}, sk.Checkpointables({named_parts.listing(names)}))")
             raise NotFoundError(
                 f"checkpoint {path!r} has no checkpointable {name!r}; it has {sorted(available)}")
-        origin = unchanged.Origin(path, name, record["created_ns"])
-        results[name] = _load_one(reader, origin, available[name]["kind"], target,
+        origin = unchanged.Origin(path, name, record.created_ns)
+        results[name] = _load_one(reader, origin, available[name], target,
                                   partial, core_options, map_files,
                                   options.broadcasts_load_of(path), options.donate_target)
     return results

@@ -524,18 +524,18 @@ class CheckpointManager:
             step = _core.step_of_folder(name)
             if step is None:
                 continue
-            if entry.state == "rejected":
+            if entry.state is _core.EntryState.REJECTED:
                 logger.warning("%s is ignored: %s", _join(self._root, name), entry.problem)
                 continue
-            if entry.state != "committed" or entry.commit_json is None:
+            record = entry.commit
+            if record is None:
                 continue
             twin = next((n for n in found if _core.step_of_folder(n) == step), None)
             if twin is not None:
                 logger.warning("step %d is in both %s and %s; using %s", step, twin, name,
                                twin)
                 continue
-            record = json.loads(entry.commit_json)
-            found[name] = (record.get("metrics") or {}, record["created_ns"])
+            found[name] = (record.metrics, record.created_ns)
         if self._primary:
             leftovers.collect(self._root, entries, self._options)
         return found

@@ -21,11 +21,11 @@ def collect(root: str, entries: list[_core.RootEntry], options: options_lib.Opti
     """Removes the leftovers among ``entries`` (``_core.list_checkpoints(root)``)."""
     for done in _core.collect_leftovers(root, entries, options.to_core()):
         path = join(root, done.name)
-        if done.outcome == "removed":
-            logger.info("removed stale %s (%s)", path, done.state)
-        elif done.outcome == "failed":
+        if done.outcome is _core.CollectOutcome.REMOVED:
+            logger.info("removed stale %s (%s)", path, done.state.name.lower())
+        elif done.outcome is _core.CollectOutcome.FAILED:
             logger.warning("could not remove %s: %s", path, done.problem)
-        elif done.state == "only-copy":
+        elif done.state is _core.EntryState.ONLY_COPY:
             logger.warning("%s", done.problem)
 
 

@@ -307,15 +307,15 @@ class LocalTier:
                 name = entry.name
                 path = os.path.join(folder, name)
                 step = _core.step_of_folder(name)
-                if entry.commit_json is None or step is None:
-                    if entry.state == "rejected":
+                commit = entry.commit
+                if commit is None or step is None:
+                    if entry.state is _core.EntryState.REJECTED:
                         logger.warning("%s is ignored: %s", path, entry.problem)
                     continue
-                commit = json.loads(entry.commit_json)
-                mark = (commit.get("custom_metadata") or {}).get("shardkeep_local") or {}
+                mark = commit.custom_metadata.get("shardkeep_local") or {}
                 count = mark.get("process_count")
                 if mark.get("process") != q or not isinstance(count, int) or count <= q:
                     logger.warning("%s is ignored: it is not slice %d of a local save", path, q)
                     continue
-                steps.setdefault(step, (name, count, commit["created_ns"]))
+                steps.setdefault(step, (name, count, commit.created_ns))
         return found

@@ -250,7 +250,7 @@ def _base_of(base, options: options_lib.Options) -> staging.Base | None:
             return None
         raise NotFoundError(f"the base checkpoint {base!r} of this save is not a committed"
                             f" checkpoint: {e}") from e
-    return staging.Base(base, json.loads(reader.commit_json())["created_ns"],
+    return staging.Base(base, reader.commit.created_ns,
                         compare_contents=options.compare_with_base)
 
 
