@@ -7,7 +7,6 @@ mid-training and restarted, with local roots wiped in between.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -111,16 +110,17 @@ def test_a_local_slice_is_a_checkpoint_of_its_own(tmp_path):
     with _manager(tmp_path) as mgr:
         mgr.save(1, sk.Checkpointables(_state(1, mesh)))
     path = tmp_path / "local0" / "p0" / "000000001"
-    record = json.loads((path / "_SHARDKEEP").read_text())
-    assert record["custom_metadata"] == {"shardkeep_local": {"process": 0, "process_count": 1}}
+    record = _core.read_commit_record(str(path))
+    assert record.custom_metadata == {"shardkeep_local": {"process": 0, "process_count": 1}}
     slice_info = sk.load_checkpointables(path, {local_slices.SLICE_PART: None})
     parts = {p["name"]: p for p in slice_info[local_slices.SLICE_PART]["parts"]}
     boxes = sk.load_checkpointables(path, {"w": None})["w"]
     expected = np.asarray(_state(1, mesh)["w"])
     assert len(boxes) == len(parts["w"]["shards"]) == 8
-    for box, (_, dtype, origin, shape) in zip(boxes, parts["w"]["shards"]):
-        index = tuple(slice(o, o + n) for o, n in zip(origin, shape))
-        assert dtype == "float32" and np.array_equal(box, expected[index])
+    for box, shard in zip(boxes, parts["w"]["shards"]):
+        index = tuple(slice(o, o + n) for o, n in zip(shard["origin"], shard["shape"]))
+        assert shard["leaf"] == 0 and shard["dtype"] == "float32"
+        assert np.array_equal(box, expected[index])
 
 
 def _new_bytes(slice_path) -> int:

@@ -38,7 +38,8 @@ from ..loading import load_executor, load_plan, load_source
 from ..base import named_parts
 from . import local_slices
 from .. import options as options_lib
-from ..errors import IncompatibleError, InvalidArgumentError, NotFoundError, ShardkeepError
+from ..errors import (CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError,
+                      ShardkeepError)
 
 logger = logging.getLogger("shardkeep")
 
@@ -115,7 +116,7 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
     core_options = options.to_core()
     slices, values = _gather_descriptions(tier, decision, core_options)
     first = slices[0]
-    parts = {p["name"]: p for p in first["parts"]}
+    parts = {p.name: p for p in first.parts}
     if targets is None:
         targets = {name: None for name in parts}
     if not isinstance(targets, Mapping):
@@ -132,26 +133,27 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
             raise NotFoundError(f"{where} has no checkpointable {name!r}; it has"
                                 f" {sorted(parts)}")
     # Which stored box of which slice holds each part of each leaf (the
-    # slice's header lists [leaf, dtype, origin, shape] per stored box).
+    # slice's description has a SliceShard per stored box).
     stored: dict[str, dict[int, list[Stored]]] = {}
     for q, description in slices.items():
-        for part in description["parts"]:
-            by_leaf = stored.setdefault(part["name"], {})
-            for k, (leaf, _, origin, shape) in enumerate(part.get("shards", [])):
-                by_leaf.setdefault(leaf, []).append(Stored(q, k, tuple(origin), tuple(shape)))
-    metas = {name: json.loads(parts[name]["meta"]) for name in targets}
+        for part in description.parts:
+            by_leaf = stored.setdefault(part.name, {})
+            for k, shard in enumerate(part.shards):
+                by_leaf.setdefault(shard.leaf, []).append(Stored(q, k, shard.origin, shard.shape))
+    metas = {name: _core.decode_meta(parts[name].meta, f"{where}/{name}/meta.json")
+             for name in targets}
     # No load-and-broadcast: the fetch below already reads each piece once.
     plans = {name: load_plan.plan(f"{where}/{name}", metas[name], target, partial=partial,
                                   broadcast=False, allow_lossy_cast=options.allow_lossy_cast,
                                   donate=options.donate_target)
-             for name, target in targets.items() if parts[name]["kind"] == "pytree"}
+             for name, target in targets.items() if parts[name].kind == "pytree"}
     requests = {name: [Box(slot.number, dtypes.name_of(slot.dtype), slot.origin, slot.shape)
                        for slot in plan.slots()] for name, plan in plans.items()}
     pieces = _cut(where, requests, stored)
     fetched = _fetch(tier, decision, pieces, core_options)
     results = {}
     for name, target in targets.items():
-        kind = parts[name]["kind"]
+        kind = parts[name].kind
         if kind == "pytree":
             source = _PiecesSource(f"{where}/{name}", name, pieces[name], fetched)
             value = load_executor.execute(plans[name], source, timeout_s=tier.timeout_s)
@@ -169,24 +171,26 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
 
 
 def _gather_descriptions(tier, decision: Decision, core_options
-                         ) -> tuple[dict[int, dict], dict[str, bytes]]:
+                         ) -> tuple[dict[int, local_slices.Description], dict[str, bytes]]:
     """Every slice's description, and the json/bytes values (collective:
     each slice's server sends its description to the others)."""
-    slices: dict[int, dict] = {}
+    slices: dict[int, local_slices.Description] = {}
     values: dict[str, bytes] = {}
     readers = {q: _core.Reader(path, core_options) for q, path in decision.paths.items()}
     for q, reader in readers.items():
-        slices[q] = json.loads(reader.read_value(local_slices.SLICE_PART))
+        slices[q] = local_slices.Description.decode(
+            reader.read_value(local_slices.SLICE_PART),
+            f"{decision.paths[q]}/{local_slices.SLICE_PART}")
     if readers:
         q, reader = next(iter(readers.items()))
-        values = {p["name"]: reader.read_value(p["name"]) for p in slices[q]["parts"]
-                  if p["kind"] != "pytree"}
+        values = {p.name: reader.read_value(p.name) for p in slices[q].parts
+                  if p.kind != "pytree"}
     if tier.count > 1:
         outgoing: dict[int, list[np.ndarray]] = {}
         for q, holders in decision.holders.items():
             if decision.server(q) != tier.me:
                 continue
-            description = local_slices.json_bytes(slices[q])
+            description = slices[q].encoded()
             for p in range(tier.count):
                 if p not in holders:
                     outgoing.setdefault(p, []).append(description)
@@ -203,14 +207,19 @@ def _gather_descriptions(tier, decision: Decision, core_options
         for sender, buffers in received.items():
             i = 0
             while i < len(buffers):
-                document = json.loads(buffers[i].tobytes())
+                message = buffers[i].tobytes()
                 i += 1
-                if isinstance(document, list):  # the names of the values that follow
-                    for name in document:
+                if message.startswith(b"["):  # the names of the values that follow
+                    for name in json.loads(message):
                         values[name] = buffers[i].tobytes()
                         i += 1
                 else:
-                    slices[document["process"]] = document
+                    got = local_slices.Description.decode(
+                        message, f"a slice description process {sender} sent")
+                    if got.process is None:
+                        raise CorruptionError(f"process {sender} sent the description of a"
+                                              " slice that names no process")
+                    slices[got.process] = got
     missing = [q for q in range(decision.process_count) if q not in slices]
     if missing:
         raise ShardkeepError(f"local step {decision.step}: no description of slices"

@@ -6,42 +6,108 @@ one-process checkpoint must load by itself), so a slice is stored with one
 leaf per box: each pytree checkpointable of the slice is a list whose k-th
 leaf is the slice's k-th box, whole. The json checkpointable
 ``shardkeep-local-slice`` records, per original checkpointable, its kind,
-its meta.json and, for each slice leaf, the original leaf number, dtype,
-origin and shape. json and bytes checkpointables are stored as they are.
+its meta.json and, for each slice leaf, a ``SliceShard``: the original
+leaf number, dtype, origin and shape. json and bytes checkpointables are
+stored as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import _core
 from ..base import unchanged
+from ..errors import CorruptionError
 
 SLICE_PART = "shardkeep-local-slice"
 
 
-def describe(parts: list[_core.SavePart]) -> tuple[dict, list[np.ndarray]]:
-    """A staged save's parts as a JSON header (what ``parts_of`` needs,
+class SliceShard(NamedTuple):
+    """One box stored in a slice, as leaf k of its checkpointable there:
+    which leaf of the original checkpointable it is a box of, its dtype,
+    and where it lies in that leaf."""
+
+    leaf: int
+    dtype: str
+    origin: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SlicePart:
+    """One checkpointable of a slice: its kind, the original meta.json (its
+    text, as the save's part carried it) and, for a pytree, the boxes
+    stored as its leaves, in order."""
+
+    name: str
+    kind: str
+    meta: str
+    shards: tuple[SliceShard, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """What ``shardkeep-local-slice`` records (and processes send each
+    other): the slice's parts and, once known, whose slice of which step
+    it is."""
+
+    parts: tuple[SlicePart, ...]
+    process: int | None = None
+    process_count: int | None = None
+    step: int | None = None
+
+    def to_json(self) -> dict:
+        """The JSON document, every record with named fields."""
+        return {"process": self.process, "process_count": self.process_count,
+                "step": self.step,
+                "parts": [{"name": p.name, "kind": p.kind, "meta": p.meta,
+                           "shards": [s._asdict() for s in p.shards]} for p in self.parts]}
+
+    def encoded(self) -> np.ndarray:
+        """``to_json`` as UTF-8 bytes, ready for the exchange."""
+        return json_bytes(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> "Description":
+        """The description in ``data`` (``encoded``'s bytes); CorruptionError
+        naming ``where`` when it is not one."""
+        try:
+            document = json.loads(data)
+            parts = tuple(
+                SlicePart(p["name"], p["kind"], p["meta"],
+                          tuple(SliceShard(int(s["leaf"]), s["dtype"], tuple(s["origin"]),
+                                           tuple(s["shape"])) for s in p["shards"]))
+                for p in document["parts"])
+            return cls(parts, document["process"], document["process_count"],
+                       document["step"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptionError(f"{where}: not a local slice description ({e!r}); the slice"
+                                  " was written by another shardkeep version or damaged") from e
+
+
+def describe(parts: list[_core.SavePart]) -> tuple[Description, list[np.ndarray]]:
+    """A staged save's parts as a description (what ``parts_of`` needs,
     without the bytes) and the flat byte buffers it describes, in order."""
-    header_parts: list[dict] = []
+    described: list[SlicePart] = []
     buffers: list[np.ndarray] = []
     for part in parts:
-        entry: dict = {"name": part.name, "kind": part.kind, "meta": part.meta_json}
+        shards = []
         if part.kind == "pytree":
-            entry["shards"] = []
             for shard in part.shards:
-                entry["shards"].append([shard.leaf, shard.dtype, shard.origin, shard.shape])
+                shards.append(SliceShard(shard.leaf, shard.dtype, tuple(shard.origin),
+                                         tuple(shard.shape)))
                 # A fill function (an ArraySource's box) is called for the whole box.
                 data = (shard.data(shard.origin, shard.shape) if callable(shard.data)
                         else shard.data)
                 buffers.append(np.asarray(data, np.uint8).reshape(-1))
         else:
             buffers.append(np.frombuffer(part.value, np.uint8))
-        header_parts.append(entry)
-    return {"parts": header_parts}, buffers
+        described.append(SlicePart(part.name, part.kind, part.meta_json, tuple(shards)))
+    return Description(tuple(described)), buffers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +119,7 @@ class Previous:
     created_ns: int
 
 
-def parts_of(header: dict, buffers: list[np.ndarray], q: int, count: int,
+def parts_of(description: Description, buffers: list[np.ndarray], q: int, count: int,
              compare_with: Previous | None = None) -> list[_core.SavePart]:
     """The parts of slice ``q``'s one-process checkpoint (see the module
     docstring). With ``compare_with``, each box worth comparing
@@ -62,21 +128,19 @@ def parts_of(header: dict, buffers: list[np.ndarray], q: int, count: int,
     keeps its structure holds the same box there."""
     parts: list[_core.SavePart] = []
     i = 0
-    description: dict = {"process": q, "process_count": count, "parts": []}
-    for entry in header["parts"]:
-        description["parts"].append(entry)
-        if entry["kind"] != "pytree":
-            parts.append(_core.SavePart(entry["name"], entry["kind"], entry["meta"],
-                                        buffers[i].tobytes()))
+    for entry in description.parts:
+        if entry.kind != "pytree":
+            parts.append(_core.SavePart(entry.name, entry.kind, entry.meta, buffers[i].tobytes()))
             i += 1
             continue
         leaves, shards = [], []
-        for k, (_, dtype_name, _, shape) in enumerate(entry["shards"]):
-            leaves.append({"path": str(k), "kind": "array", "dtype": dtype_name,
-                           "shape": list(shape), "sharding": None})
-            shard = _core.Shard(k, dtype_name, [0] * len(shape), shape, buffers[i])
+        for k, stored in enumerate(entry.shards):
+            leaves.append({"path": str(k), "kind": "array", "dtype": stored.dtype,
+                           "shape": list(stored.shape), "sharding": None})
+            shard = _core.Shard(k, stored.dtype, [0] * len(stored.shape), stored.shape,
+                                buffers[i])
             if compare_with is not None and unchanged.worth_comparing(buffers[i]):
-                shard.compare_with = _core.StoredIn(compare_with.path, entry["name"], str(k),
+                shard.compare_with = _core.StoredIn(compare_with.path, entry.name, str(k),
                                                     compare_with.created_ns)
             shards.append(shard)
             i += 1
@@ -84,10 +148,11 @@ def parts_of(header: dict, buffers: list[np.ndarray], q: int, count: int,
                 "tree": {"type": "list",
                          "children": [{"type": "leaf", "leaf": k} for k in range(len(leaves))]},
                 "leaves": leaves}
-        parts.append(_core.SavePart(entry["name"], "pytree", _core.encode_meta(meta),
+        parts.append(_core.SavePart(entry.name, "pytree", _core.encode_meta(meta),
                                     shards=shards))
+    recorded = dataclasses.replace(description, process=q, process_count=count, step=None)
     parts.append(_core.SavePart(SLICE_PART, "json", _core.encode_meta({"kind": "json"}),
-                                json.dumps(description).encode()))
+                                recorded.encoded().tobytes()))
     return parts
 
 

@@ -147,8 +147,8 @@ class LocalTier:
         saves = []
         if self.count > 1:
             pred, succ = (self.me - 1) % self.count, (self.me + 1) % self.count
-            header_bytes = local_slices.json_bytes({**header, "process": self.me, "step": step})
-            message = [header_bytes, *buffers]
+            sent = dataclasses.replace(header, process=self.me, step=step)
+            message = [sent.encoded(), *buffers]
             try:
                 received = exchange.exchange_bytes(
                     {succ: message}, name=f"local save of {self.job}, step {step}",
@@ -160,12 +160,13 @@ class LocalTier:
                 lease.give_back()
                 raise ShardkeepError(
                     f"local save of step {step}: process {pred} sent no copy of its slice")
-            peer_header = json.loads(received[pred][0].tobytes())
-            if peer_header.get("step") != step or peer_header.get("process") != pred:
+            peer_header = local_slices.Description.decode(
+                received[pred][0].tobytes(), f"the slice process {pred} sent at step {step}")
+            if peer_header.step != step or peer_header.process != pred:
                 lease.give_back()
                 raise ShardkeepError(
                     f"local save of step {step}: process {pred} sent step"
-                    f" {peer_header.get('step')} of process {peer_header.get('process')}")
+                    f" {peer_header.step} of process {peer_header.process}")
             saves.append(self._start(step, self.me, header, buffers, lease))
             saves.append(self._start(step, pred, peer_header, received[pred][1:], None))
         else:
@@ -174,7 +175,8 @@ class LocalTier:
                     self.root, time.monotonic() - started)
         return saves
 
-    def _start(self, step: int, q: int, header: dict, buffers: list, lease) -> LocalSave:
+    def _start(self, step: int, q: int, header: local_slices.Description, buffers: list,
+               lease) -> LocalSave:
         name = _core.step_folder_name(step, self._width)
         folder = self.slice_folder(q)
         os.makedirs(folder, exist_ok=True)
