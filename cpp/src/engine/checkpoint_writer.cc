@@ -12,6 +12,7 @@
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"  // CheckCheckpointableName
 #include "format/json_parse.h"
+#include "format/key_tree.h"
 #include "shardkeep/contents.h"
 
 namespace shardkeep {
@@ -321,45 +322,6 @@ struct LeafNumbering {
   }
 };
 
-// The nested dicts the key paths give, keys in order of first declaration.
-struct PathNode {
-  std::optional<size_t> leaf;
-  std::vector<std::string> keys;
-  std::vector<PathNode> children;
-};
-
-nlohmann::json EncodePathNode(const PathNode& node, LeafNumbering& numbering) {
-  if (node.leaf) return numbering.LeafNode(*node.leaf);
-  nlohmann::json children = nlohmann::json::array();
-  for (const PathNode& child : node.children) {
-    children.push_back(EncodePathNode(child, numbering));
-  }
-  return {{"type", "dict"}, {"keys", node.keys}, {"children", std::move(children)}};
-}
-
-nlohmann::json TreeFromPaths(LeafNumbering& numbering) {
-  const auto& leaves = numbering.state.leaves;
-  if (leaves.size() == 1 && leaves[0].meta.path.empty()) return numbering.LeafNode(0);
-  PathNode root;
-  // Declare() keeps leaves from also being containers, so a node is
-  // either a leaf or a dict.
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    PathNode* node = &root;
-    for (const std::string& segment : Segments(leaves[i].meta.path)) {
-      const std::string key = UnescapeKey(segment);
-      size_t j = 0;
-      while (j < node->keys.size() && node->keys[j] != key) ++j;
-      if (j == node->keys.size()) {
-        node->keys.push_back(key);
-        node->children.emplace_back();
-      }
-      node = &node->children[j];
-    }
-    node->leaf = i;
-  }
-  return EncodePathNode(root, numbering);
-}
-
 // Walks a caller's tree, giving each leaf node the number of the declared
 // leaf its position names. Errors name the node by its JSON pointer.
 class TreeMatcher {
@@ -449,7 +411,19 @@ Result<CheckpointablePayload> EncodePytree(const PytreeBuilder::State& state,
       }
     }
   } else {
-    meta.tree = TreeFromPaths(numbering);
+    // Nested dicts from the key paths, numbered as a caller's tree is.
+    // Declare() keeps leaves from also being containers, so this builds.
+    std::vector<format::KeyedEntry> entries(state.leaves.size());
+    for (size_t i = 0; i < state.leaves.size(); ++i) {
+      const std::string& path = state.leaves[i].meta.path;
+      if (path.empty()) continue;  // the root leaf
+      for (const std::string& segment : Segments(path)) {
+        entries[i].keys.push_back({UnescapeKey(segment), false});
+      }
+    }
+    SK_ASSIGN_OR_RETURN(meta.tree, format::TreeFromKeys(entries, "checkpointable " +
+                                                                    Quote(state.name)));
+    SK_RETURN_IF_ERROR(TreeMatcher(numbering).Match(meta.tree, "", "", 0));
   }
   CheckpointablePayload part;
   part.name = state.name;
