@@ -34,7 +34,9 @@
 #include "engine/save_queue.h"
 #include "background_copy.h"
 #include "meta_objects.h"
+#include "raise.h"
 #include "record_objects.h"
+#include "tree_keys.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
 
@@ -88,25 +90,11 @@ void ClearPendingInterrupt() {
   pending_interrupt = nullptr;
 }
 
-[[noreturn]] void Raise(const Status& status) {
-  if (pending_interrupt) {
-    if (status.code() == StatusCode::kCancelled) RaisePendingInterrupt();
-    ClearPendingInterrupt();
-  }
-  nb::object type =
-      nb::module_::import_("shardkeep.errors").attr(ErrorClassName(status.code()));
-  PyErr_SetString(type.ptr(), status.message().c_str());
-  throw nb::python_error();
-}
+using binding::Raise;
+using binding::ValueOrRaise;
 
 void ThrowIfError(const Status& status) {
   if (!status.ok()) Raise(status);
-}
-
-template <typename T>
-T ValueOrRaise(Result<T> result) {
-  if (!result.ok()) Raise(result.status());
-  return std::move(result).value();
 }
 
 // Errors of calls on a checkpoint name the URL the caller gave: the engine
@@ -649,7 +637,7 @@ struct PyReader {
       return binding::PytreeMetaToPython(tree);
     }
     std::string text = MetaJson(name);  // NotFound for an unknown name
-    return ValueOrRaise(binding::ValueMetaToPython(text, url + "/" + name + "/meta.json"),
+    return ValueOrRaise(binding::MetaTextToPython(text, url + "/" + name + "/meta.json"),
                         url);
   }
 
@@ -721,11 +709,6 @@ std::vector<CollectedEntry> CollectLeftoversPy(const std::string& url,
   return WithoutGil([&] {
     return CollectLeftovers(*location.storage, location.path, entries, CollectOptions());
   });
-}
-
-std::optional<std::string> MessageOf(const Status& status) {
-  if (status.ok()) return std::nullopt;
-  return status.message();
 }
 
 // A checkpoint's own storage call, by URL, without the GIL.
@@ -1084,6 +1067,21 @@ void BindSaveQueue(nb::module_& m) {
 }
 
 }  // namespace
+
+namespace binding {
+
+[[noreturn]] void Raise(const Status& status) {
+  if (pending_interrupt) {
+    if (status.code() == StatusCode::kCancelled) RaisePendingInterrupt();
+    ClearPendingInterrupt();
+  }
+  nb::object type =
+      nb::module_::import_("shardkeep.errors").attr(ErrorClassName(status.code()));
+  PyErr_SetString(type.ptr(), status.message().c_str());
+  throw nb::python_error();
+}
+
+}  // namespace binding
 }  // namespace shardkeep
 
 NB_MODULE(_core, m) {
@@ -1297,7 +1295,6 @@ NB_MODULE(_core, m) {
   nb::class_<PyReader>(m, "Reader")
       .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
       .def_prop_ro("commit", &PyReader::Commit, "The checkpoint's _SHARDKEEP, decoded.")
-      .def("meta_json", &PyReader::MetaJson, "name"_a)
       .def("meta", &PyReader::Meta, "name"_a,
            "meta.json of a checkpointable, decoded and checked by the core.")
       .def("read_value", &PyReader::ReadValue, "name"_a)
@@ -1367,9 +1364,8 @@ NB_MODULE(_core, m) {
       "src"_a, "from_dtype"_a, "dst"_a, "to_dtype"_a,
       "Converts the elements of src into dst (flat uint8 views) with the reader's casts"
       " (rounding to nearest even, wrapping integers); check_cast first.");
-  m.def("encode_meta",
-        [](nb::handle meta) { return ValueOrRaise(binding::EncodeMeta(meta)); }, "meta"_a,
-        "meta.json's text for a meta dict, checked and written by the core.");
+  binding::BindTreeKeys(m);
+  binding::BindMetaFunctions(m);
   m.def("storage_bytes_read", &StorageBytesRead,
         "Bytes this process has read through the file and S3 backends (every read and"
         " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"
@@ -1399,36 +1395,8 @@ NB_MODULE(_core, m) {
       "slice_of_folder", [](const std::string& name) { return SliceOfFolderName(name); },
       "name"_a, "The process whose slices a folder under a local tier's root holds, or None.");
   binding::BindRecordObjects(m);
-  nb::class_<RootEntry>(m, "RootEntry", "One entry directly under a checkpoint root.")
-      .def_ro("name", &RootEntry::name, "The entry's name under the root (not a path).")
-      .def_ro("state", &RootEntry::state, "What the entry is.")
-      .def_prop_ro("step",
-                   [](const RootEntry& e) {
-                     return e.state == EntryState::kCommitted ? e.step : std::nullopt;
-                   },
-                   "A committed checkpoint's step (None when its record has none).")
-      .def_prop_ro("commit",
-                   [](const RootEntry& e) -> std::optional<binding::CommitRecordObject> {
-                     if (e.state != EntryState::kCommitted) return std::nullopt;
-                     return ValueOrRaise(
-                         binding::DecodeCommitRecordObject(e.commit_json, e.name + "/_SHARDKEEP"),
-                         e.name);
-                   },
-                   "A committed checkpoint's _SHARDKEEP, decoded (None for other entries).")
-      .def_prop_ro("problem", [](const RootEntry& e) { return MessageOf(e.problem); },
-                   "A rejected checkpoint: why the decoder refuses its record.")
-      .def("__repr__", [](const RootEntry& e) {
-        return "RootEntry(" + e.name + ", " + EntryStateName(e.state) + ")";
-      });
   m.def("list_checkpoints", &ListCheckpointsPy, "root"_a, "options"_a = Options(),
         "The entries directly under a root, sorted by name.");
-  nb::class_<CollectedEntry>(m, "CollectedEntry",
-                             "What collect_leftovers did with one entry.")
-      .def_ro("name", &CollectedEntry::name)
-      .def_ro("state", &CollectedEntry::state)
-      .def_ro("outcome", &CollectedEntry::outcome)
-      .def_prop_ro("problem", [](const CollectedEntry& c) { return MessageOf(c.problem); },
-                   "failed: why; an only copy: how to recover it.");
   m.def("collect_leftovers", &CollectLeftoversPy, "root"_a, "entries"_a,
         "options"_a = Options(),
         "Removes the leftovers among `entries` (list_checkpoints of `root`), never an "

@@ -9,8 +9,10 @@
 #include "engine/decoded_meta_cache.h"
 #include "format/checkpointable_meta.h"
 #include "format/json_parse.h"
+#include "raise.h"
 
 namespace nb = nanobind;
+using namespace nb::literals;
 
 namespace shardkeep::binding {
 namespace {
@@ -137,7 +139,7 @@ nb::dict PytreeMetaToPython(const PytreeInfo& info) {
   return meta;
 }
 
-Result<nb::dict> ValueMetaToPython(const std::string& meta_json, const std::string& file) {
+Result<nb::dict> MetaTextToPython(const std::string& meta_json, const std::string& file) {
   SK_ASSIGN_OR_RETURN(format::CheckpointableMeta meta,
                       format::DecodeCheckpointableMeta(meta_json, file));
   return nb::cast<nb::dict>(ToPython(nlohmann::json(format::CheckpointableMetaToJson(meta))));
@@ -153,6 +155,20 @@ Result<std::string> EncodeMeta(nb::handle meta) {
   internal::RememberDecodedMeta(
       text, std::make_shared<const format::CheckpointableMeta>(std::move(*decoded)));
   return text;
+}
+
+void BindMetaFunctions(nb::module_& m) {
+  m.def(
+      "encode_meta", [](nb::handle meta) { return ValueOrRaise(EncodeMeta(meta)); }, "meta"_a,
+      "meta.json's text for a meta dict, checked and written by the core.");
+  m.def(
+      "decode_meta",
+      [](const std::string& text, const std::string& file) {
+        return ValueOrRaise(MetaTextToPython(text, file));
+      },
+      "text"_a, "file"_a,
+      "The dict a meta.json text holds, checked by the core's decoder (CorruptionError naming"
+      " file otherwise).");
 }
 
 }  // namespace shardkeep::binding

@@ -25,13 +25,17 @@ nanobind::object JsonTextToPython(std::string_view text);
 // when set), leaves as docs/FORMAT.md §4 spells their fields.
 nanobind::dict PytreeMetaToPython(const PytreeInfo& info);
 
-// The meta.json text of a json/bytes checkpointable as a dict, checked.
-Result<nanobind::dict> ValueMetaToPython(const std::string& meta_json,
+// A meta.json text (any kind) as the dict it holds, checked by the core's
+// decoder: Corruption naming `file` otherwise.
+Result<nanobind::dict> MetaTextToPython(const std::string& meta_json,
                                          const std::string& file);
 
 // meta.json's text for `meta`, a dict of the form above, checked by the
 // core's decoder (InvalidArgument naming the leaf or node otherwise).
 // REQUIRES: the GIL.
 Result<std::string> EncodeMeta(nanobind::handle meta);
+
+// Defines encode_meta and decode_meta in `m`.
+void BindMetaFunctions(nanobind::module_& m);
 
 }  // namespace shardkeep::binding

@@ -4,11 +4,20 @@
 #include <nanobind/stl/string.h>
 
 #include "meta_objects.h"
+#include "raise.h"
 #include "shardkeep/checkpoint_root.h"
 
 namespace nb = nanobind;
 
 namespace shardkeep::binding {
+namespace {
+
+std::optional<std::string> MessageOf(const Status& status) {
+  if (status.ok()) return std::nullopt;
+  return status.message();
+}
+
+}  // namespace
 
 Result<CommitRecordObject> DecodeCommitRecordObject(std::string text, const std::string& file) {
   SK_ASSIGN_OR_RETURN(format::CommitRecord record, format::DecodeCommitRecord(text, file));
@@ -85,6 +94,33 @@ void BindRecordObjects(nb::module_& m) {
       .value("FAILED", CollectedEntry::Outcome::kFailed, "Its removal failed (see problem).")
       .value("IN_USE", CollectedEntry::Outcome::kInUse,
              "A save in flight holds a lease on it, or it committed meanwhile.");
+
+  nb::class_<RootEntry>(m, "RootEntry", "One entry directly under a checkpoint root.")
+      .def_ro("name", &RootEntry::name, "The entry's name under the root (not a path).")
+      .def_ro("state", &RootEntry::state, "What the entry is.")
+      .def_prop_ro("step",
+                   [](const RootEntry& e) {
+                     return e.state == EntryState::kCommitted ? e.step : std::nullopt;
+                   },
+                   "A committed checkpoint's step (None when its record has none).")
+      .def_prop_ro("commit",
+                   [](const RootEntry& e) -> std::optional<CommitRecordObject> {
+                     if (e.state != EntryState::kCommitted) return std::nullopt;
+                     return ValueOrRaise(
+                         DecodeCommitRecordObject(e.commit_json, e.name + "/_SHARDKEEP"));
+                   },
+                   "A committed checkpoint's _SHARDKEEP, decoded (None for other entries).")
+      .def_prop_ro("problem", [](const RootEntry& e) { return MessageOf(e.problem); },
+                   "A rejected checkpoint: why the decoder refuses its record.")
+      .def("__repr__", [](const RootEntry& e) {
+        return "RootEntry(" + e.name + ", " + EntryStateName(e.state) + ")";
+      });
+  nb::class_<CollectedEntry>(m, "CollectedEntry", "What collect_leftovers did with one entry.")
+      .def_ro("name", &CollectedEntry::name)
+      .def_ro("state", &CollectedEntry::state)
+      .def_ro("outcome", &CollectedEntry::outcome)
+      .def_prop_ro("problem", [](const CollectedEntry& c) { return MessageOf(c.problem); },
+                   "failed: why; an only copy: how to recover it.");
 }
 
 }  // namespace shardkeep::binding

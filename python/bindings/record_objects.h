@@ -23,8 +23,8 @@ struct CommitRecordObject {
 // Decodes `text`, the `_SHARDKEEP` at `file`, with the core's decoder.
 Result<CommitRecordObject> DecodeCommitRecordObject(std::string text, const std::string& file);
 
-// Defines CommitRecord, EntryState and CollectOutcome in `m`; before the
-// classes whose attributes have these types.
+// Defines CommitRecord, EntryState, CollectOutcome, RootEntry and
+// CollectedEntry in `m`: before the functions that take or return them.
 void BindRecordObjects(nanobind::module_& m);
 
 }  // namespace shardkeep::binding

@@ -8,6 +8,7 @@ import pathlib
 import re
 
 import shardkeep
+from shardkeep import _core
 
 PACKAGE = pathlib.Path(shardkeep.__file__).parent
 TESTS = pathlib.Path(__file__).parent
@@ -150,3 +151,29 @@ def test_the_core_alone_reads_and_writes_step_folder_names():
                     and str(node.format_spec.values[0].value).startswith("0")):
                 spellings.append(f"{path.relative_to(PACKAGE)}:{node.lineno} (zero-padding)")
     assert [s for s in spellings if not s.startswith("interop/orbax.py:")] == []
+
+
+# A json.loads whose argument names a commit record or a meta.json parses
+# what the core decodes (and checks) a second time, outside its checks.
+CORE_DOCUMENTS = re.compile(r"commit|meta\b|meta_|_SHARDKEEP|record", re.IGNORECASE)
+
+
+def _json_parses(path: pathlib.Path):
+    """(line, argument source) of each json.loads / json.load call."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("loads", "load") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "json" and node.args):
+            yield node.lineno, ast.unparse(node.args[0])
+
+
+def test_commit_records_and_meta_are_decoded_by_the_core_alone():
+    parsed = [f"{path.relative_to(PACKAGE)}:{line}: json.loads({argument})"
+              for path in _sources(PACKAGE) for line, argument in _json_parses(path)
+              if CORE_DOCUMENTS.search(argument)]
+    assert parsed == []
+    # Nor does the binding hand them to Python as text to parse: a record
+    # is a _core.CommitRecord, meta a dict the core decoded.
+    as_text = [f"{cls.__name__}.{name}" for cls in (_core.Reader, _core.RootEntry)
+               for name in ("commit_json", "meta_json") if hasattr(cls, name)]
+    assert as_text == []

@@ -2,7 +2,6 @@
 known from the index alone, so that another process can fetch exactly those
 bytes (load-and-broadcast, peers' copies) before the read."""
 
-import json
 import os
 import shutil
 
@@ -27,7 +26,7 @@ def saved(ckpt):
     sk.save(ckpt, {"w": jax.device_put(w, NamedSharding(mesh, P("x"))), "b": b})
     reader = _core.Reader(ckpt)
     number = {leaf["path"]: i
-              for i, leaf in enumerate(json.loads(reader.meta_json("state"))["leaves"])}
+              for i, leaf in enumerate(reader.meta("state")["leaves"])}
     return reader, number, w, b
 
 

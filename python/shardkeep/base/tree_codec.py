@@ -5,9 +5,10 @@ Python containers: dict key order, lists, tuples, named tuples (name and
 fields) and other registered pytree nodes (rebuilt as dicts). ``None`` is a
 leaf here, unlike in ``jax.tree_util``, so that it round-trips.
 
-Leaves are named by their key path: the keys joined by "/", with "~"
-escaped as "~0" and "/" as "~1" (as in JSON Pointer), so that any dict key
-maps to a unique, reversible path segment.
+Leaves are named by their key path (``_core.key_path``: the keys joined
+by "/", with "~" escaped as "~0" and "/" as "~1", as in JSON Pointer), so
+that any dict key maps to a unique, reversible path segment. The core
+writes and reads that escaping; nothing here spells it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Sequence
 
 import jax
 
+from .. import _core
 from ..errors import InvalidArgumentError
 
 _tu = jax.tree_util
@@ -49,16 +51,6 @@ class Leaf:
     value: Any
 
 
-def escape(segment: str) -> str:
-    """Escapes one key for use as a path segment."""
-    return segment.replace("~", "~0").replace("/", "~1")
-
-
-def unescape(segment: str) -> str:
-    """Inverse of ``escape``."""
-    return segment.replace("~1", "/").replace("~0", "~")
-
-
 def key_str(key) -> str:
     """The unescaped string of one ``jax.tree_util`` key entry."""
     if isinstance(key, _tu.DictKey):
@@ -74,7 +66,7 @@ def key_str(key) -> str:
 
 def path_str(keys: Sequence) -> str:
     """The escaped leaf path of a ``jax.tree_util`` key path."""
-    return "/".join(escape(key_str(k)) for k in keys)
+    return _core.key_path([key_str(k) for k in keys])
 
 
 def flatten(tree) -> tuple[dict, list[Leaf]]:
@@ -100,16 +92,16 @@ def _encode(node, keys: tuple[str, ...], leaves: list[Leaf]) -> dict:
         for k in dict_keys:
             if isinstance(k, bool) or not isinstance(k, (str, int)):
                 raise InvalidArgumentError(
-                    f"dict key {k!r} at {'/'.join(keys) or '<root>'!r} is a "
+                    f"dict key {k!r} at {_core.key_path(keys) or '<root>'!r} is a "
                     f"{type(k).__name__}; only str and int keys can be saved")
-        children = [_encode(node[k], keys + (escape(str(k)),), leaves) for k in dict_keys]
+        children = [_encode(node[k], keys + (str(k),), leaves) for k in dict_keys]
         return {"type": "dict", "keys": dict_keys, "children": children}
     if type(node) in (list, tuple):
         children = [_encode(v, keys + (str(i),), leaves) for i, v in enumerate(node)]
         return {"type": type(node).__name__, "children": children}
     if isinstance(node, tuple) and hasattr(node, "_fields"):
         fields = list(node._fields)
-        children = [_encode(v, keys + (escape(f),), leaves) for f, v in zip(fields, node)]
+        children = [_encode(v, keys + (f,), leaves) for f, v in zip(fields, node)]
         return {"type": "namedtuple", "name": _qualname(type(node)), "fields": fields,
                 "children": children}
     if node is not None:
@@ -119,11 +111,11 @@ def _encode(node, keys: tuple[str, ...], leaves: list[Leaf]) -> dict:
             key_children = None
         if key_children is not None:
             child_keys = [key_str(k) for k, _ in key_children]
-            children = [_encode(v, keys + (escape(k),), leaves)
+            children = [_encode(v, keys + (k,), leaves)
                         for k, (_, v) in zip(child_keys, key_children)]
             return {"type": "custom", "name": _qualname(type(node)), "keys": child_keys,
                     "children": children}
-    leaves.append(Leaf("/".join(keys), node))
+    leaves.append(Leaf(_core.key_path(keys), node))
     return {"type": "leaf", "leaf": len(leaves) - 1}
 
 

@@ -44,7 +44,6 @@ from ..base.gc_pause import gc_paused
 from ..loading.load_source import Source, Span, destination
 from ..loading.other_formats import DCP_METADATA_FILE
 from .optional import require
-from .tree_build import key_path, structure
 
 PICKLE_REFUSAL = (
     "reading a PyTorch DCP checkpoint means unpickling its .metadata file (and its"
@@ -117,7 +116,8 @@ class DcpSource(Source):
         self._leaf_keys: list[tuple] = []  # per leaf: (fqn, where, torch dtype)
         entries = [(self._keys(fqn), self._describe(fqn, item, values))
                    for fqn, item in items.items()]
-        tree = structure(self.where, [(keys, None) for keys, _ in entries])
+        tree = _core.tree_of_keys(self.where, [(keys, _core.KeyedValue.LEAF)
+                                               for keys, _ in entries])
         self._meta: dict[str, Any] = {"tree": tree, "leaves": [leaf for _, leaf in entries]}
 
     def meta(self) -> dict:
@@ -172,7 +172,7 @@ class DcpSource(Source):
 
     def _describe(self, fqn: str, item, values: dict[str, Any]) -> dict:
         """The meta.json description of key ``fqn``."""
-        path = key_path(self._keys(fqn))
+        path = _core.key_path([name for name, _ in self._keys(fqn)])
         where = f"{self.where}: key {fqn!r} (leaf {path!r})"
         self._leaf_keys.append((fqn, where, getattr(getattr(item, "properties", None),
                                                     "dtype", None)))

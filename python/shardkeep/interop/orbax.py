@@ -49,7 +49,6 @@ from ..base.gc_pause import gc_paused
 from ..loading.load_source import Source, Span, destination
 from ..loading.other_formats import ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER
 from .optional import require
-from .tree_build import EMPTY_DICT, EMPTY_LIST, key_path, structure
 
 _STRINGS_FILE = "_strings.json"
 _ARRAY_METADATAS = "array_metadatas"
@@ -57,7 +56,7 @@ _STEP_FOLDER = re.compile(r"(?:.+_)?(\d+)")
 _KEY_IMPL = "random_key_impl"
 _UNCOMMITTED = ".orbax-checkpoint-tmp"
 _ARRAY_TYPES = ("jax.Array", "np.ndarray", "scalar")
-_EMPTY_CONTAINERS = {"Dict": EMPTY_DICT, "List": EMPTY_LIST}
+_EMPTY_CONTAINERS = {"Dict": _core.KeyedValue.EMPTY_DICT, "List": _core.KeyedValue.EMPTY_LIST}
 _SEQUENCE_KEY = 1
 
 
@@ -120,8 +119,9 @@ class OrbaxSource(Source):
         for entry, opened in zip(entries, opening):
             if entry["value_type"] not in _EMPTY_CONTAINERS:  # those are tree nodes
                 leaves.append(self._describe(entry, opened, strings, key_impls))
-        tree = structure(self.where, [(e["keys"], _EMPTY_CONTAINERS.get(e["value_type"]))
-                                      for e in entries])
+        tree = _core.tree_of_keys(self.where, [
+            (e["keys"], _EMPTY_CONTAINERS.get(e["value_type"], _core.KeyedValue.LEAF))
+            for e in entries])
         self._meta: dict[str, Any] = {"tree": tree, "leaves": leaves}
 
     def meta(self) -> dict:
@@ -140,7 +140,7 @@ class OrbaxSource(Source):
 
     def _describe(self, entry: dict, opened, strings: dict, key_impls: dict) -> dict:
         keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]
-        path = key_path(keys)
+        path = _key_path(keys)
         where = f"{self.where}: leaf {path!r} (array {param!r})"
         store = None
         if value_type == "string":
@@ -296,11 +296,16 @@ def _tree_entries(directory: str, meta: Any) -> list[dict]:
                                   f" value_metadata.value_type ({e!r})") from e
         if value_type not in _ARRAY_TYPES and value_type not in ("string", "None") \
                 and value_type not in _EMPTY_CONTAINERS:
-            raise IncompatibleError(f"{where}: leaf {key_path(keys)!r} has value_type"
+            raise IncompatibleError(f"{where}: leaf {_key_path(keys)!r} has value_type"
                                     f" {value_type!r}, which shardkeep cannot read")
         entries.append({"keys": keys, "param": ".".join(k for k, _ in keys),
                         "value_type": value_type})
     return entries
+
+
+def _key_path(keys: list[tuple[str, bool]]) -> str:
+    """The shardkeep key path of a leaf's (name, is a list position) keys."""
+    return _core.key_path([name for name, _ in keys])
 
 
 class _ArrayOpener:

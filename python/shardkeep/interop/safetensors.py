@@ -23,7 +23,7 @@ from ..base import dtypes, tree_codec
 from ..loading import load_executor
 from .. import options as options_lib
 from ..base.array_source import ArraySource
-from ..errors import IncompatibleError, InvalidArgumentError
+from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError
 from ..base.gc_pause import gc_paused
 from ..loading.load_source import CoreSource
 
@@ -62,7 +62,7 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     reader = _core.open_safetensors(path, core_options)
     map_files = options.map_files and _core.Location(path).local_path is not None
     meta = reader.meta(_TENSORS)
-    names = [tree_codec.unescape(leaf["path"]) for leaf in meta["leaves"]]
+    names = [_core.unescape_key(leaf["path"]) for leaf in meta["leaves"]]
     if target is None:
         meta = {**meta, "tree": _nested_dicts(path, names)}
     else:
@@ -110,29 +110,13 @@ def _tensor_name(keys, key_path: str, key_map: KeyMap | None) -> str:
 
 
 def _nested_dicts(path: str, names: list[str]) -> dict:
-    """The tree_codec structure of nested dicts holding tensor i at its
-    name's parts."""
-    root: dict = {}
-    for i, name in enumerate(names):
-        node = root
-        parts = name.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise InvalidArgumentError(
-                    f"{path}: tensor {name!r} lies under tensor {part!r}; pass a target")
-        if parts[-1] in node:
-            raise InvalidArgumentError(
-                f"{path}: tensor {name!r} is also a prefix of other tensors; pass a target")
-        node[parts[-1]] = i
-
-    def encode(node) -> dict:
-        if isinstance(node, int):
-            return {"type": "leaf", "leaf": node}
-        keys = list(node)
-        return {"type": "dict", "keys": keys, "children": [encode(node[k]) for k in keys]}
-
-    return encode(root)
+    """The tree of nested dicts holding tensor i at its name's ``"."`` parts
+    (dict keys all: "0" stays a string)."""
+    try:
+        return _core.tree_of_keys(path, [([(part, False) for part in name.split(".")],
+                                          _core.KeyedValue.LEAF) for name in names])
+    except CorruptionError as e:  # the names, not the files, do not nest
+        raise InvalidArgumentError(f"{e}; pass a target to name the tensors' places") from None
 
 
 def safetensors_sources(path, *, options: options_lib.Options | None = None) -> Any:
@@ -144,7 +128,7 @@ def safetensors_sources(path, *, options: options_lib.Options | None = None) -> 
     core_options = options_lib.resolve(options).to_core()
     reader = _core.open_safetensors(path, core_options)
     meta = reader.meta(_TENSORS)
-    names = [tree_codec.unescape(leaf["path"]) for leaf in meta["leaves"]]
+    names = [_core.unescape_key(leaf["path"]) for leaf in meta["leaves"]]
     sources = [_source_of(reader, number, leaf, core_options)
                for number, leaf in enumerate(meta["leaves"])]
     return tree_codec.rebuild(_nested_dicts(path, names), sources)

@@ -160,8 +160,12 @@ class LocalTier:
                 lease.give_back()
                 raise ShardkeepError(
                     f"local save of step {step}: process {pred} sent no copy of its slice")
-            peer_header = local_slices.Description.decode(
-                received[pred][0].tobytes(), f"the slice process {pred} sent at step {step}")
+            try:
+                peer_header = local_slices.Description.decode(
+                    received[pred][0].tobytes(), f"the slice process {pred} sent at step {step}")
+            except BaseException:
+                lease.give_back()
+                raise
             if peer_header.step != step or peer_header.process != pred:
                 lease.give_back()
                 raise ShardkeepError(
