@@ -78,6 +78,17 @@ def test_next_save_waits_for_the_previous_commit(tmp_path):
         assert mgr.all_steps() == [1, 2]
 
 
+def test_the_manager_runs_no_thread_of_its_own(tmp_path):
+    before = set(threading.enumerate())
+    with sk.CheckpointManager(tmp_path, keep_last=1) as mgr:
+        for step in range(3):
+            mgr.save(step, state(step))
+        # Commits, retention and deletions ran on the save queue's thread.
+        mgr.wait()
+        assert mgr.all_steps() == [2] and on_disk(tmp_path) == ["000000002"]
+        assert set(threading.enumerate()) == before
+
+
 def test_sync_save_returns_after_the_commit(tmp_path):
     with sk.CheckpointManager(tmp_path, async_save=False) as mgr:
         mgr.save(7, state(7))

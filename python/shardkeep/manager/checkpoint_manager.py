@@ -31,7 +31,7 @@ from .. import _core
 from ..job import distributed
 from .. import options as options_lib
 from . import (commits, local_tier, policy_arguments, policy_info, preservation,
-               save_decisions, step_agreement, step_listing)
+               save_decisions, step_agreement, step_listing, step_record)
 from ..base import named_parts
 from ..saving import staging_pool
 from ..errors import InvalidArgumentError, NotFoundError
@@ -40,8 +40,6 @@ from .background_errors import BackgroundErrors
 from .deletions import Deletions
 from .leftovers import join as _join
 from .preemption import PreemptionWatch
-from .step_record import StepRecord
-from . import step_record
 from ..saving.save import prepare_staging, start_save
 
 logger = logging.getLogger("shardkeep")
@@ -131,8 +129,8 @@ class CheckpointManager:
 
         # What every process calls this manager: names its collective calls.
         self._job_id = distributed.agree("manager", self._root, self._options.timeout_s)
-        self._record = StepRecord(step_listing.committed_steps(self._root, self._options,
-                                                               self._job_id))
+        self._record = step_record.StepRecord(
+            step_listing.committed_steps(self._root, self._options, self._job_id))
         self._errors = BackgroundErrors()
         self._in_flight = commits.InFlight(self._options.timeout_s, self._errors)
         self._deletions = Deletions(self._root, self._options, jax.process_index() == 0,
@@ -235,7 +233,8 @@ class CheckpointManager:
 
     def _save_local(self, local: local_tier.LocalTier, step: int, items: dict) -> None:
         self._in_flight.wait_local()  # at most one local step in flight
-        self._in_flight.local += local.save(step, items, local.on_end(self._errors, self._deletions.delete_local))
+        on_end = local.on_end(self._errors, self._deletions.delete_local)
+        self._in_flight.local += local.save(step, items, on_end)
         if not self._async:
             self._in_flight.wait_local()
 
