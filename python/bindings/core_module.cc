@@ -870,19 +870,26 @@ Result<std::unique_ptr<SaveHandle>> RunPythonStart(PySaveState& state) {
 
 // At the save's end, on the queue's finisher thread: on_finished runs,
 // then the borrowed arrays are let go (the save no longer reads them).
-void RunPythonOnFinished(PySaveState& state, const Status& outcome) {
+// Returns whether on_finished reported a failure itself.
+bool RunPythonOnFinished(PySaveState& state, const internal::QueuedSave::End& end) {
   nb::gil_scoped_acquire acquire;
   nb::object on_finished = std::move(state.on_finished.object);
   state.on_finished.object = nb::none();
+  bool reported = false;
   if (!on_finished.is_none()) {
     try {
-      // None: committed; otherwise the error that ended it.
-      on_finished(outcome.ok() ? nb::none() : nb::cast(outcome.message()));
+      // (None, created_ns) once committed; otherwise (the error that
+      // ended it, None).
+      const bool ok = end.outcome.ok();
+      nb::object returned = on_finished(ok ? nb::none() : nb::cast(end.outcome.message()),
+                                        ok ? nb::cast(end.created_ns) : nb::none());
+      reported = !ok && returned.ptr() == Py_True;
     } catch (nb::python_error& error) {
       error.discard_as_unraisable("shardkeep: a save's on_finished");
     }
   }
   state.borrowed.object = nb::none();
+  return reported;
 }
 
 // One queued save, as Python sees it.
@@ -990,7 +997,9 @@ struct PySaveQueue {
     auto state = std::make_shared<PySaveState>(std::move(start), std::move(on_finished));
     std::shared_ptr<internal::QueuedSave> save = queue->Enqueue(
         path, timeout_s, [state] { return RunPythonStart(*state); },
-        [state](const Status& outcome) { RunPythonOnFinished(*state, outcome); });
+        [state](const internal::QueuedSave::End& end) {
+          return RunPythonOnFinished(*state, end);
+        });
     return new PyQueuedSave{std::move(save), std::move(state)};
   }
 
@@ -1032,6 +1041,15 @@ void BindSaveQueue(nb::module_& m) {
       .def("result", &PyQueuedSave::Result, "timeout"_a = nb::none(),
            "Waits for the save's end: True once ended (raising its error), False on"
            " timeout. Ctrl-C cancels the save.")
+      .def("wait",
+           [](PyQueuedSave& self, std::optional<double> timeout) {
+             return WaitLettingSignalsIn(timeout ? *timeout : -1.0, [&](double slice) {
+               return self.Finished(slice);
+             });
+           },
+           "timeout"_a = nb::none(),
+           "Waits for the save's end without collecting its outcome: True once ended,"
+           " False on timeout. Ctrl-C propagates and leaves the save running.")
       .def("done", [](PyQueuedSave& self) { return self.save->Done(); })
       .def("cancel",
            [](PyQueuedSave& self) {
@@ -1053,8 +1071,10 @@ void BindSaveQueue(nb::module_& m) {
       .def("enqueue", &PySaveQueue::Enqueue, "path"_a, "timeout_s"_a, "start"_a,
            "on_finished"_a = nb::none(),
            "Queues a save: start() (returning start_save's SaveHandle) runs after the"
-           " starts queued before it, on_finished(error) at its end (error: None once"
-           " committed, else the message of what ended it).")
+           " starts queued before it, on_finished(error, created_ns) at its end (error:"
+           " None once committed, else the message of what ended it; created_ns: the"
+           " commit record's, None if it failed). on_finished returns True when it has"
+           " reported the failure itself: the queue then does not log it.")
       .def("running", &PySaveQueue::Running,
            "The saves that have not ended (interrupted ones winding down too).")
       .def("wait_for_uninterrupted", &PySaveQueue::WaitForUninterrupted, "timeout_s"_a,

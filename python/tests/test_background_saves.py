@@ -1,6 +1,7 @@
 """A dropped SaveFuture does not make save_async wait: the save finishes in
 the background, a failure is logged, and interpreter exit waits for it."""
 
+import json
 import logging
 import os
 import subprocess
@@ -67,6 +68,47 @@ def test_a_failure_reported_by_result_is_not_logged_again(ckpt, monkeypatch, cap
             raise AssertionError("the save should have failed")
         _wait_until_no_background_saves()
     assert not [r for r in caplog.records if r.name == "shardkeep"]
+
+
+def test_wait_for_end_neither_raises_nor_collects_the_failure(ckpt, monkeypatch, caplog):
+    def fail():
+        raise RuntimeError("boom")
+    LocalCoordination(stall_at("written", 0.0, then=fail)).install(monkeypatch)
+    with caplog.at_level(logging.ERROR, logger="shardkeep"):
+        future = sk.save_async(ckpt, {"w": np.ones(10)})
+        assert future.wait_for_end()  # ended: no error raised here
+        assert future.done()
+        _wait_until_no_background_saves()
+    # Nobody collected it: the queue logs it, and result() still raises it.
+    (record,) = [r for r in caplog.records if r.name == "shardkeep"]
+    assert ckpt in record.getMessage() and "boom" in record.getMessage()
+    with pytest.raises(sk.ShardkeepError, match="boom"):
+        future.result()
+
+
+def test_a_failure_on_finished_reports_is_not_logged_by_the_queue(ckpt, monkeypatch, caplog):
+    from shardkeep.saving import save as save_lib
+
+    def fail():
+        raise RuntimeError("boom")
+    LocalCoordination(stall_at("written", 0.0, then=fail)).install(monkeypatch)
+    ends = []
+    with caplog.at_level(logging.ERROR, logger="shardkeep"):
+        future = save_lib.start_save(ckpt, {"state": {"w": np.ones(10)}}, asynchronous=True,
+                                     on_finished=lambda *end: ends.append(end) or True)
+        assert future.wait_for_end()
+        _wait_until_no_background_saves()
+    assert len(ends) == 1 and "boom" in ends[0][0] and ends[0][1] is None
+    assert not [r for r in caplog.records if r.name == "shardkeep"]
+
+
+def test_on_finished_gets_the_commit_records_created_ns(ckpt):
+    from shardkeep.saving import save as save_lib
+    ends = []
+    save_lib.start_save(ckpt, {"state": {"w": np.ones(10)}}, asynchronous=True,
+                        on_finished=lambda *end: ends.append(end)).result()
+    with open(os.path.join(ckpt, "_SHARDKEEP")) as f:
+        assert ends == [(None, json.load(f)["created_ns"])]
 
 
 # A script that exits right after save_async, its save held at "written"

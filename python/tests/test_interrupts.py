@@ -26,24 +26,25 @@ _TESTS_DIR = os.path.dirname(__file__)
 _LIMIT_S = 60.0  # a bound on a stuck test only
 
 
-def _interrupt_once_waiting(done: threading.Event) -> None:
-    """Sends SIGINT once the main thread waits in SaveFuture.result (its
+def _interrupt_once_waiting(done: threading.Event, waiting_in) -> None:
+    """Sends SIGINT once the main thread waits in ``waiting_in`` (its
     innermost Python frame), so that the interrupt meets the wait itself,
     not the code before it; stops looking once ``done`` is set."""
     main = threading.main_thread().ident
     deadline = time.monotonic() + _LIMIT_S
     while not done.is_set() and time.monotonic() < deadline:
         frame = sys._current_frames().get(main)
-        if frame is not None and frame.f_code is sk.SaveFuture.result.__code__:
+        if frame is not None and frame.f_code is waiting_in.__code__:
             os.kill(os.getpid(), signal.SIGINT)
             return
         time.sleep(0.005)
 
 
-def _interrupted_while_waiting(call) -> None:
-    """Runs call(), which waits for a save, and interrupts its wait."""
+def _interrupted_while_waiting(call, waiting_in=sk.SaveFuture.result) -> None:
+    """Runs call(), which waits for a save in ``waiting_in``, and interrupts its wait."""
     done = threading.Event()
-    sender = threading.Thread(target=_interrupt_once_waiting, args=(done,), daemon=True)
+    sender = threading.Thread(target=_interrupt_once_waiting, args=(done, waiting_in),
+                              daemon=True)
     sender.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -84,6 +85,15 @@ def test_ctrl_c_interrupts_result_and_the_save_never_commits(ckpt, monkeypatch):
     assert not _committed(ckpt)  # the held save wound down without committing
     with pytest.raises(sk.ShardkeepError):
         future.result()
+
+
+def test_ctrl_c_interrupts_a_managers_wait_and_its_save_still_commits(tmp_path, monkeypatch):
+    with _saves_held_at("written", monkeypatch):
+        mgr = sk.CheckpointManager(tmp_path)
+        mgr.save(1, {"w": np.ones(10)})
+        _interrupted_while_waiting(mgr.wait, waiting_in=sk.SaveFuture.wait_for_end)
+    mgr.close()  # the save was not cancelled: it committed, and joined the record
+    assert mgr.all_steps() == [1] and _committed(mgr.step_path(1))
 
 
 def test_ctrl_c_interrupts_a_synchronous_save(ckpt, monkeypatch):

@@ -76,9 +76,20 @@ def test_next_save_waits_for_the_previous_commit(tmp_path):
         mgr.save(1, state(1))
         mgr.save(2, state(2))
         assert 1 in mgr.all_steps()  # committed before save 2 started
-        assert mgr._pending.step == 2
+        assert mgr._in_flight.commit.step == 2
         mgr.wait()
         assert mgr.all_steps() == [1, 2]
+
+
+def test_the_manager_runs_no_thread_of_its_own(tmp_path):
+    before = set(threading.enumerate())
+    with sk.CheckpointManager(tmp_path, keep_last=1) as mgr:
+        for step in range(3):
+            mgr.save(step, state(step))
+        # Commits, retention and deletions ran on the save queue's thread.
+        mgr.wait()
+        assert mgr.all_steps() == [2] and on_disk(tmp_path) == ["000000002"]
+        assert set(threading.enumerate()) == before
 
 
 def test_sync_save_returns_after_the_commit(tmp_path):
@@ -279,7 +290,7 @@ def test_a_step_being_loaded_is_deleted_only_after_the_load(tmp_path, monkeypatc
 
 
 class FailedFuture:
-    """A save whose background phase fails."""
+    """A save whose background phase has failed."""
 
     def __init__(self, path):
         self.path = path
@@ -287,14 +298,26 @@ class FailedFuture:
     def result(self, timeout=None):
         raise sk.StorageError(f"disk full while writing {self.path}/params/data/p0-0.bin")
 
+    def done(self):
+        return True
+
+    def wait_for_end(self, timeout=None):
+        return True
+
+
+def failing_start_save(path, *args, on_finished, **kwargs):
+    """``start_save`` of a save that fails in the background: its end, as the
+    save queue reports it, runs before the call returns."""
+    future = FailedFuture(path)
+    on_finished(f"disk full while writing {path}/params/data/p0-0.bin", None)
+    return future
+
 
 def test_a_failed_background_save_raises_on_the_next_save(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(manager_lib, "start_save",
-                        lambda path, *a, **k: FailedFuture(path))
+    monkeypatch.setattr(manager_lib, "start_save", failing_start_save)
     mgr = sk.CheckpointManager(tmp_path, save_interval_steps=10)
     with caplog.at_level(logging.ERROR, logger="shardkeep"):
         assert mgr.save(10, state(10))
-        mgr._pending.observed.wait(30)
     assert "saving step 10" in caplog.text and "disk full" in caplog.text
     with pytest.raises(sk.StorageError, match="saving step 10 .* failed: disk full") as info:
         mgr.save(11, state(11))  # not due, yet the error surfaces
@@ -305,8 +328,7 @@ def test_a_failed_background_save_raises_on_the_next_save(tmp_path, monkeypatch,
 
 
 def test_a_failed_background_save_raises_on_wait_and_close(tmp_path, monkeypatch):
-    monkeypatch.setattr(manager_lib, "start_save",
-                        lambda path, *a, **k: FailedFuture(path))
+    monkeypatch.setattr(manager_lib, "start_save", failing_start_save)
     mgr = sk.CheckpointManager(tmp_path)
     mgr.save(1, state(1))
     with pytest.raises(sk.StorageError, match="step 1"):
@@ -413,8 +435,7 @@ def test_the_manager_removes_the_leftover_of_a_failed_start(tmp_path, storage_fa
 
 
 def test_close_is_idempotent_and_the_context_keeps_the_first_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(manager_lib, "start_save",
-                        lambda path, *a, **k: FailedFuture(path))
+    monkeypatch.setattr(manager_lib, "start_save", failing_start_save)
     with pytest.raises(KeyError):
         with sk.CheckpointManager(tmp_path) as mgr:
             mgr.save(1, state(1))

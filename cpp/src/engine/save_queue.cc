@@ -12,12 +12,14 @@
 //     CPU priority, which the save's own thread and writers inherit.
 //  3. The background phase, on the save's own thread (save.cc). Its future
 //     tells the queue of its end (Future::OnReady): nothing polls.
-//  4. End, on the queue's finisher thread: on_finished runs with the
-//     outcome (it returns the staging memory and reports the end), the
-//     save's thread is joined, and the outcome is published; only then do
-//     Wait and Done see it. A failure nobody
-//     collected — no wait was under way or reported it, and the save was
-//     not cancelled by an interrupted wait — goes to Hooks::log_failure.
+//  4. End, on the queue's finisher thread: the save's thread is joined,
+//     on_finished runs with the outcome and the committed created_ns (it
+//     returns the staging memory, reports the end, and for a manager's
+//     save records the commit and applies retention), and the outcome is
+//     published; only then do Wait and Done see it. A failure nobody
+//     collected — no wait was under way or reported it, on_finished did
+//     not report it, and the save was not cancelled by an interrupted
+//     wait — goes to Hooks::log_failure.
 //  5. Exit: the front waits (WaitForUninterrupted) at most the longest
 //     timeout_s of the uninterrupted saves still running, letting signals
 //     in, then Close leaves whatever still runs to the end of the process.
@@ -292,24 +294,27 @@ void SaveQueue::RunEnds() {
       save->on_finished_ = nullptr;
       handle = std::move(save->handle_);
     }
-    Status outcome = handle ? *handle->future().Wait(-1) : *save->result_;
+    QueuedSave::End end{handle ? *handle->future().Wait(-1) : *save->result_, 0};
+    if (end.outcome.ok()) end.created_ns = handle->created_ns();
     handle.reset();  // joins the save's thread (or a Cancel under way does)
+    bool reported = false;
     if (on_finished) {
       try {
-        on_finished(outcome);
+        reported = on_finished(end);
       } catch (const std::exception&) {
         // The front's callbacks report their own errors.
       }
       on_finished = nullptr;
     }
+    const Status& outcome = end.outcome;
     bool report;
     {
       std::lock_guard<std::mutex> lock(save->mu_);
       save->outcome_ = outcome;
       // A wait under way sees the outcome (or, timing out at this moment,
       // StopAwaiting tells it that the save ended) and collects it.
-      report = !outcome.ok() && !save->collected_ && !save->cancel_requested_ &&
-               save->awaiting_ == 0;
+      report = !outcome.ok() && !reported && !save->collected_ &&
+               !save->cancel_requested_ && save->awaiting_ == 0;
     }
     save->ended_cv_.notify_all();
     if (report && hooks_.log_failure && !Closed()) {

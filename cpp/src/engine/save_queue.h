@@ -26,8 +26,18 @@ class QueuedSave {
   // Runs the blocking phase the core does (StartSave) and returns the
   // started save, or the error that stopped it.
   using Start = std::function<Result<std::unique_ptr<SaveHandle>>()>;
-  // Runs at the save's end with its outcome (before Wait sees it).
-  using OnFinished = std::function<void(const Status&)>;
+  // What a save's end tells its on_finished.
+  struct End {
+    Status outcome;
+    // The created_ns of the checkpoint it committed (SaveHandle::created_ns)
+    // when `outcome` is ok, else 0: the commit's bookkeeping needs it
+    // before CommittedCreatedNs can answer (the outcome is not yet public).
+    int64_t created_ns = 0;
+  };
+  // Runs at the save's end (before Wait sees it). Returns true when it has
+  // reported a failure itself (its owner raises it later), so that the
+  // queue does not log it as uncollected.
+  using OnFinished = std::function<bool(const End&)>;
 
   QueuedSave(std::string path, double timeout_s, Start start,
              OnFinished on_finished);
@@ -104,7 +114,10 @@ class SaveQueue {
 
   // Takes a save: `start` runs on the starter thread after the starts
   // enqueued before it; `on_finished` (may be empty) runs on the finisher
-  // thread at its end, whatever the outcome, which it is given.
+  // thread at its end, whatever the outcome, which it is given. The ends
+  // of all saves run on that one thread, in the order the saves end: work
+  // done in an on_finished (a manager's bookkeeping and deletions) delays
+  // the ends after it.
   std::shared_ptr<QueuedSave> Enqueue(std::string path, double timeout_s,
                                       QueuedSave::Start start,
                                       QueuedSave::OnFinished on_finished);

@@ -85,7 +85,10 @@ TEST_F(SaveQueueTest, StartsRunInCallOrderAndOnFinishedRunsBeforeTheOutcomeIsSee
           }
           return save_it();
         },
-        [&](const Status& outcome) { finished += outcome.ok() ? 1 : 100; }));
+        [&](const QueuedSave::End& end) {
+          finished += end.outcome.ok() ? 1 : 100;
+          return false;
+        }));
   }
   for (int i = 0; i < 5; ++i) {
     std::optional<Status> outcome = saves[i]->Wait(-1);
@@ -126,6 +129,36 @@ TEST_F(SaveQueueTest, AFailureNobodyCollectedIsLoggedOnceNamingThePath) {
   EXPECT_EQ(outcome->code(), StatusCode::kStorage);
   ASSERT_TRUE(queue.WaitForUninterrupted(5));
   EXPECT_EQ(logged_.size(), 1u);
+}
+
+// A manager keeps its record of steps in on_finished: it needs the
+// commit's created_ns there, and raises the failures it reports itself.
+TEST_F(SaveQueueTest, OnFinishedGetsTheCommitAndCanReportTheFailureItself) {
+  SaveQueue queue(Hooks());
+  std::optional<QueuedSave::End> seen;
+  std::shared_ptr<QueuedSave> save =
+      queue.Enqueue("ckpt", 5, StartOf("ckpt"), [&](const QueuedSave::End& end) {
+        seen = end;
+        return true;  // ignored: the save committed
+      });
+  ASSERT_TRUE(save->Wait(-1).has_value());
+  ASSERT_TRUE(seen.has_value());
+  SK_EXPECT_OK(seen->outcome);
+  EXPECT_GT(seen->created_ns, 0);
+  EXPECT_EQ(save->CommittedCreatedNs(), std::optional<int64_t>(seen->created_ns));
+
+  auto failing = [] { return Result<std::unique_ptr<SaveHandle>>(StorageError("disk gone")); };
+  std::string reported_failure;
+  queue.Enqueue("reported", 5, failing, [&](const QueuedSave::End& end) {
+    reported_failure = end.outcome.message();
+    EXPECT_EQ(end.created_ns, 0);
+    return true;
+  });
+  queue.Enqueue("unreported", 5, failing, [](const QueuedSave::End&) { return false; });
+  ASSERT_TRUE(queue.WaitForUninterrupted(5));
+  EXPECT_EQ(reported_failure, "disk gone");
+  ASSERT_EQ(logged_.size(), 1u) << "only the failure on_finished did not report is logged";
+  EXPECT_EQ(logged_.lines[0], "unreported: disk gone");
 }
 
 TEST_F(SaveQueueTest, ASaveCancelledBeforeItsTurnNeverStarts) {
@@ -197,7 +230,10 @@ TEST_F(SaveQueueTest, DestroyingTheQueueWaitsForItsSaves) {
   std::atomic<bool> finished{false};
   {
     SaveQueue queue(Hooks());
-    queue.Enqueue("ckpt", 5, StartOf("ckpt"), [&](const Status&) { finished = true; });
+    queue.Enqueue("ckpt", 5, StartOf("ckpt"), [&](const QueuedSave::End&) {
+      finished = true;
+      return false;
+    });
   }
   EXPECT_TRUE(finished.load());
   EXPECT_TRUE(Committed("ckpt"));

@@ -45,6 +45,7 @@ from . import leftovers, local_restore, local_slices, policy_info, save_decision
 from .. import options as options_lib
 from ..saving import save as save_lib
 from ..errors import InvalidArgumentError, ShardkeepError
+from .background_errors import BackgroundErrors
 from .local_restore import Decision
 
 logger = logging.getLogger("shardkeep")
@@ -53,14 +54,15 @@ logger = logging.getLogger("shardkeep")
 
 @dataclasses.dataclass
 class LocalSave:
-    """One started save of a slice, waiting in the manager's worker for its commit."""
+    """One started save of a slice, until its end (which the manager's
+    ``on_end`` records: ``shardkeep.manager.commits``)."""
 
     step: int
     folder: int          # the slice's process q: the save goes to p<q>
     name: str
-    future: save_lib.SaveFuture
+    path: str
     started: float
-    observed: threading.Event = dataclasses.field(default_factory=threading.Event)
+    future: save_lib.SaveFuture | None = None  # set once the save is queued
 
 
 def local_root(template, process_index: int) -> str:
@@ -95,7 +97,9 @@ class LocalTier:
         self._reuse = reuse
         os.makedirs(self.root, exist_ok=True)
         # folder q -> {step: name} of committed slices; only this process
-        # writes and deletes in its root, so the record stays true.
+        # writes and deletes in its root, so the record stays true. The ends
+        # of local saves change it on the save queue's thread (on_end).
+        self._lock = threading.Lock()
         self.held: dict[int, dict[int, str]] = {}
         # (folder q, step) -> the slice's created_ns (its commit record's).
         self._created_ns: dict[tuple[int, int], int] = {}
@@ -127,8 +131,10 @@ class LocalTier:
         due = self.decider.due(step, previous, context, now)
         return due and (self._last_started is None or step > self._last_started)
 
-    def save(self, step: int, items: Mapping[str, Any]) -> list[LocalSave]:
-        """The blocking phase of a local save of ``step``; returns the started saves."""
+    def save(self, step: int, items: Mapping[str, Any],
+             on_end: Callable[[LocalSave], save_lib.OnFinished]) -> list[LocalSave]:
+        """The blocking phase of a local save of ``step``; returns the started
+        saves, each of which runs ``on_end(its LocalSave)`` at its end."""
         if local_slices.SLICE_PART in items:
             raise InvalidArgumentError(
                 f"checkpointable name {local_slices.SLICE_PART!r} is reserved by the local tier")
@@ -171,26 +177,28 @@ class LocalTier:
                 raise ShardkeepError(
                     f"local save of step {step}: process {pred} sent step"
                     f" {peer_header.step} of process {peer_header.process}")
-            saves.append(self._start(step, self.me, header, buffers, lease))
-            saves.append(self._start(step, pred, peer_header, received[pred][1:], None))
+            saves.append(self._start(step, self.me, header, buffers, lease, on_end))
+            saves.append(self._start(step, pred, peer_header, received[pred][1:], None,
+                                     on_end))
         else:
-            saves.append(self._start(step, self.me, header, buffers, lease))
+            saves.append(self._start(step, self.me, header, buffers, lease, on_end))
         logger.info("step %d: local save started (%s), blocking phase %.3f s", step,
                     self.root, time.monotonic() - started)
         return saves
 
     def _start(self, step: int, q: int, header: local_slices.Description, buffers: list,
-               lease) -> LocalSave:
+               lease, on_end: Callable[[LocalSave], save_lib.OnFinished]) -> LocalSave:
         name = _core.step_folder_name(step, self._width)
         folder = self.slice_folder(q)
         os.makedirs(folder, exist_ok=True)
         parts = local_slices.parts_of(header, buffers, q, self.count,
                                       compare_with=self._previous(q, step))
-        future = save_lib.start_single_process_async(
-            os.path.join(folder, name), parts, options=self._options, step=step,
+        job = LocalSave(step, q, name, os.path.join(folder, name), time.monotonic())
+        job.future = save_lib.start_single_process_async(
+            job.path, parts, options=self._options, step=step,
             custom_metadata={"shardkeep_local": {"process": q, "process_count": self.count}},
-            force=True, lease=lease)
-        return LocalSave(step, q, name, future, time.monotonic())
+            force=True, lease=lease, on_finished=on_end(job))
+        return job
 
     def _previous(self, q: int, step: int) -> local_slices.Previous | None:
         """The newest committed slice q before ``step``, whose boxes a save
@@ -223,8 +231,40 @@ class LocalTier:
                 logger.info("deleting %s: a later step of an earlier run", path)
                 _core.delete_checkpoint(path, core_options)
 
-    def committed(self, job: LocalSave) -> list[str]:
-        """Records a committed slice; returns the paths retention drops.
+    def on_end(self, errors: BackgroundErrors, delete: Callable[[list[str]], None]
+               ) -> Callable[[LocalSave], save_lib.OnFinished]:
+        """The ``on_finished`` of a slice's save, by its LocalSave: on the save
+        queue's thread (``shardkeep.manager.commits``), it records the commit
+        and passes the steps retention drops to ``delete``, or keeps the
+        failure in ``errors``. Nothing raised there may escape."""
+
+        def of(job: LocalSave) -> save_lib.OnFinished:
+            def finished(error: str | None, created_ns: int | None) -> bool:
+                try:
+                    if error is None:
+                        logger.info("local step %d (slice %d) committed, %.2f s after its"
+                                    " save started", job.step, job.folder,
+                                    time.monotonic() - job.started)
+                        with self._lock:
+                            dropped = self.committed(job, created_ns)
+                        delete(dropped)
+                    else:
+                        errors.failed_save(f"local save of step {job.step} to {job.path!r}"
+                                           " failed", error, lambda: job.future)
+                except Exception as e:  # noqa: BLE001 - raised on the next call
+                    errors.record(f"recording the end of local step {job.step} failed", e)
+                return error is not None
+            return finished
+        return of
+
+    def steps(self) -> dict[int, list[int]]:
+        """The committed local steps per slice folder: {process q: steps}."""
+        with self._lock:
+            return {q: sorted(steps) for q, steps in self.held.items() if steps}
+
+    def committed(self, job: LocalSave, created_ns: int | None) -> list[str]:
+        """Records a committed slice (``created_ns``: its commit record's);
+        returns the paths retention drops.
 
         Retention keeps the newest ``keep_last`` steps of each folder this
         job writes. Folders it does not write (slices of a job with another
@@ -232,7 +272,6 @@ class LocalTier:
         """
         steps = self.held.setdefault(job.folder, {})
         steps[job.step] = job.name
-        created_ns = job.future.created_ns()
         if created_ns is not None:
             self._created_ns[(job.folder, job.step)] = created_ns
         dropped = [(job.folder, s) for s in sorted(steps)[:-self.keep_last]]

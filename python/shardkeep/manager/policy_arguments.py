@@ -28,8 +28,16 @@ def save_policy(policy: save_decisions.SaveDecisionPolicy | None,
         save_decisions.PreemptionCheckpointingPolicy()])
 
 
-def local_save_policy(policy: save_decisions.SaveDecisionPolicy | None,
-                      interval: int | None) -> save_decisions.SaveDecisionPolicy:
+def local_save_policy(local_root, policy: save_decisions.SaveDecisionPolicy | None,
+                      interval: int | None, keep_last: int
+                      ) -> save_decisions.SaveDecisionPolicy | None:
+    """The local tier's save policy; None without a ``local_root``."""
+    if local_root is None:
+        if interval is not None or policy is not None:
+            raise InvalidArgumentError("local_save_interval_steps and"
+                                       " local_save_decision_policy need a local_root")
+        return None
+    save_decisions.check_positive("local_keep_last", keep_last)
     if (policy is None) == (interval is None):
         raise InvalidArgumentError("a local_root needs local_save_interval_steps or"
                                    " local_save_decision_policy (one of them)")

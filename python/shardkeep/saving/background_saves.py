@@ -56,11 +56,15 @@ def _process_queue() -> _core.SaveQueue:
 
 
 def start(start: Callable, path: str, timeout_s: float,
-          on_finished: Callable[[str | None], None] | None = None) -> _core.QueuedSave:
+          on_finished: Callable[[str | None, int | None], bool | None] | None = None
+          ) -> _core.QueuedSave:
     """Queues a save: ``start`` (which returns ``_core.start_save``'s
     handle) runs after the starts queued before it, off the caller's
-    thread; ``on_finished(error)`` runs at the save's end, whatever the
-    outcome (``error``: None once committed, else what ended it)."""
+    thread; ``on_finished(error, created_ns)`` runs at the save's end,
+    whatever the outcome (``error``: None once committed, else what ended
+    it; ``created_ns``: the commit record's, None if it failed). It
+    returns True when it has reported a failure itself: the queue does not
+    log it then."""
     return _process_queue().enqueue(path, timeout_s, start, on_finished)
 
 

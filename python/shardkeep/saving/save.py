@@ -25,6 +25,14 @@ from . import staging_pool
 from ..errors import InvalidArgumentError, NotFoundError, TimeoutError
 from ..base.gc_pause import gc_paused
 
+# Runs at a save's end on the save queue's thread, whatever the outcome:
+# on_finished(error, created_ns), error None once committed (created_ns
+# its commit record's) or the message of what ended it (created_ns None).
+# It returns True when it has reported a failure itself (its owner raises
+# it later), so that the queue does not log it too.
+OnFinished = Callable[[str | None, int | None], bool | None]
+
+
 class SaveFuture:
     """The outcome of a save whose background phase may still be running:
     a view of the save that the process's save queue owns.
@@ -56,6 +64,14 @@ class SaveFuture:
     def done(self) -> bool:
         """True once the save has committed or failed."""
         return self._save.done()
+
+    def wait_for_end(self, timeout: float | None = None) -> bool:
+        """Waits until the save has committed or failed, at most ``timeout``
+        seconds (None: no limit); True once it has. Unlike ``result`` it
+        neither raises the save's error (for an owner whose ``on_finished``
+        reported it) nor cancels the save when Ctrl-C interrupts the wait.
+        """
+        return self._save.wait(timeout)
 
     def created_ns(self) -> int | None:
         """The checkpoint's ``created_ns`` (its commit record's) once the
@@ -139,7 +155,8 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     # Queued like an async save (saves start in call order) and waited for
     # here: an error is raised, not logged. Ctrl-C cancels it (see
     # SaveFuture.result); the queue keeps it while its thread winds down.
-    save = background_saves.start(start, path, options.timeout_s, on_finished=recorded.ended)
+    save = background_saves.start(start, path, options.timeout_s,
+                                  on_finished=lambda error, _: recorded.ended(error))
     _remember(path, arrays, save)
     SaveFuture(save).result()
 
@@ -163,15 +180,17 @@ def save_checkpointables_async(path, items: Mapping[str, Any], *,
 def start_save(path, items: Mapping[str, Any], *, asynchronous: bool,
                options: options_lib.Options | None = None,
                custom_metadata: Mapping | None = None, metrics: Mapping | None = None,
-               force: bool = False, step: int | None = None, base=None) -> SaveFuture:
+               force: bool = False, step: int | None = None, base=None,
+               on_finished: OnFinished | None = None) -> SaveFuture:
     """``save_checkpointables_async``, reported to ``jax.monitoring`` as a
-    synchronous save unless ``asynchronous``.
+    synchronous save unless ``asynchronous``; ``on_finished`` runs at the
+    save's end (see ``OnFinished``), after its staging memory is back.
 
     A CheckpointManager with ``async_save=False`` starts its saves this way
-    (its worker observes every commit alike) and waits for the commit
-    before its ``save`` returns: the caller waited for the whole save, so
-    it reports the synchronous events, whose blocking duration runs to the
-    commit.
+    (its commit bookkeeping runs in ``on_finished`` alike) and waits for
+    the commit before its ``save`` returns: the caller waited for the whole
+    save, so it reports the synchronous events, whose blocking duration
+    runs to the commit.
     """
     path, options, start, lease, arrays, recorded = _prepare(
         path, items, options, custom_metadata, metrics, force, step, base, own_copies=True,
@@ -180,13 +199,14 @@ def start_save(path, items: Mapping[str, Any], *, asynchronous: bool,
     if asynchronous:
         recorded.blocking_done()
 
-    def on_finished(error: str | None) -> None:
+    def finished(error: str | None, created_ns: int | None) -> bool | None:
         # The buffer goes back at the save's end, before result() returns,
         # so a loop that waits for a save and at once starts the next
         # reuses it.
         lease.give_back()
         recorded.ended(error)
-    save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
+        return None if on_finished is None else on_finished(error, created_ns)
+    save = background_saves.start(start, path, options.timeout_s, on_finished=finished)
     _remember(path, arrays, save)
     return SaveFuture(save)
 
@@ -387,17 +407,23 @@ class _StreamedCopies:
 def start_single_process_async(path, parts: list[_core.SavePart], *, options: options_lib.Options,
                                step: int | None = None,
                                custom_metadata: Mapping | None = None, force: bool = False,
-                               lease: staging_pool.Lease | None = None) -> SaveFuture:
+                               lease: staging_pool.Lease | None = None,
+                               on_finished: OnFinished | None = None) -> SaveFuture:
     """Starts a save of ``parts`` by this process alone, as a one-process
     checkpoint (no coordinator), whatever the job's process count; the
     parts must describe whole leaves (the core checks that they tile).
-    ``lease``, if any, is given back once the save has finished."""
+    ``lease``, if any, is given back once the save has finished, before
+    ``on_finished`` (see ``OnFinished``) runs."""
     path = os.fspath(path)
     start = _starter(path, parts, step=step,
                      custom_metadata_json=_json_object("custom_metadata", custom_metadata),
                      metrics_json="{}", force=force, options=options, coordinator=None)
-    on_finished = None if lease is None else lambda error: lease.give_back()
-    save = background_saves.start(start, path, options.timeout_s, on_finished=on_finished)
+
+    def finished(error: str | None, created_ns: int | None) -> bool | None:
+        if lease is not None:
+            lease.give_back()
+        return None if on_finished is None else on_finished(error, created_ns)
+    save = background_saves.start(start, path, options.timeout_s, on_finished=finished)
     return SaveFuture(save)
 
 
