@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _core
 from . import background_saves
-from ..base import checkpointables, events, host_memory, unchanged
+from ..base import checkpointables, events, host_copy, unchanged
 from ..job import distributed
 from ..base import named_parts
 from . import staging
@@ -361,7 +361,7 @@ class _StreamedCopies:
 
     def __init__(self, lease: staging_pool.Lease):
         self.lease = lease
-        self._copier = _core.BackgroundCopy(host_memory.copy_thread_count())
+        self._copier = _core.BackgroundCopy(host_copy.copy_thread_count())
         self._shards: list[_core.Shard] = []
         self._copies: list[np.ndarray] = []  # kept alive until finish
 
