@@ -40,7 +40,7 @@ from __future__ import annotations
 import collections
 import heapq
 import math
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -129,7 +129,7 @@ class Plan:
         self._sole_bytes: collections.Counter = collections.Counter()
 
     def add_leaf(self, number: int, path: str, sharding, shape: tuple, key_shape: tuple,
-                 dtype: np.dtype, slots: list) -> None:
+                 dtype: np.dtype, slots: Sequence) -> None:
         """Registers leaf ``number`` of ``shape`` placed with ``sharding``;
         ``slots`` are this process's boxes of it (origin and shape with the
         typed-key dimensions ``key_shape`` appended, as the reader reads

@@ -90,9 +90,10 @@ def attach(leaf: LeafPlan, array: jax.Array, buffers: dict[Slot, np.ndarray],
     placed as any other)."""
     memory = {shard.device: shard.data for shard in array.addressable_shards}
     views = [[_writable(memory[device], slot) for device in slot.holders()] for slot in leaf.slots]
-    if any(view is None for slot_views in views for view in slot_views):
+    usable = [[view for view in slot_views if view is not None] for slot_views in views]
+    if any(len(kept) != len(slot_views) for kept, slot_views in zip(usable, views)):
         return False
-    for slot, (first, *others) in zip(leaf.slots, views):
+    for slot, (first, *others) in zip(leaf.slots, usable):
         buffers[slot], copies[slot] = first, others
     return True
 

@@ -103,6 +103,7 @@ def _sharing(plan: LoadPlan, source: Source) -> broadcast_load.Plan:
     sharing = broadcast_load.Plan(jax.process_index())
     for leaf in plan.leaves:
         if leaf.finish is Finish.SHARDED:
+            assert leaf.dtype is not None  # planned with one
             key_shape = prng_keys.key_shape(leaf.key_impl) if leaf.key_impl else ()
             sharing.add_leaf(leaf.number, leaf.path, leaf.sharding, leaf.shape, key_shape,
                              leaf.dtype, leaf.slots)
