@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import mmap
-import os
 
 import numpy as np
 
