@@ -194,31 +194,24 @@ def _small_checkpoint(tmp_path):
 
 def test_convert_reads_each_key_once_through_the_source(tmp_path, monkeypatch):
     """Conversion asks the source as a load does (``Source.read``), each
-    DCP key once, whole, read straight into the request's buffer, however
-    many boxes the writers cut it into."""
+    DCP key once, whole, however many boxes the writers cut it into."""
     from shardkeep.interop import dcp as dcp_reader
 
     path = str(tmp_path / "ckpt")
     dcp.save({"w": torch.arange(4096, dtype=torch.float32).reshape(64, 64)},
              checkpoint_id=path, no_dist=True)
-    reads, whole_reads = [], []
-    read, read_whole = dcp_reader.DcpSource.read, dcp_reader.DcpSource._read_whole
+    reads = []
+    read = dcp_reader.DcpSource.read
 
     def counting_read(self, requests):
         reads.append([(tuple(r.origin), tuple(r.shape)) for r in requests])
         read(self, requests)
 
-    def counting_whole(self, number, into=None):
-        whole_reads.append(into is not None)
-        return read_whole(self, number, into)
-
     monkeypatch.setattr(dcp_reader.DcpSource, "read", counting_read)
-    monkeypatch.setattr(dcp_reader.DcpSource, "_read_whole", counting_whole)
     dst = str(tmp_path / "out")
     sk.convert(path, dst, source_format="dcp", allow_pickle=True,
                options=sk.Options(chunk_bytes=1024))  # many boxes of one key
     assert reads == [[((0, 0), (64, 64))]]
-    assert whole_reads == [True]
     assert_same_bits(sk.load(dst)["w"], np.arange(4096, dtype=np.float32).reshape(64, 64))
 
 
