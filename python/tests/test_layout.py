@@ -227,3 +227,16 @@ def test_the_import_chain_is_shallow():
     assert len(longest) <= MAX_IMPORT_DEPTH, (
         f"an import chain of {len(longest)} modules (at most {MAX_IMPORT_DEPTH}): "
         + " -> ".join(longest))
+
+
+# -- module size ---------------------------------------------------------------
+
+# The most lines a module of the package may have: past it a module has
+# more than one job, and is split by role.
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {str(p.relative_to(PACKAGE)): n for p in _sources(PACKAGE)
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
