@@ -15,7 +15,8 @@ from .errors import (AlreadyExistsError, CommitStateUnknownError, CorruptionErro
                      OutOfSpaceError,
                      ShardkeepError, StorageError, TimeoutError)
 from .loading.info import CheckpointableInfo, CheckpointInfo, LeafInfo, metadata
-from .interop import convert, load_dcp, load_orbax
+from .interop.convert import convert
+from .interop.load_formats import load_dcp, load_orbax
 from .loading.load import load, load_checkpointables
 from .manager import preservation, save_decisions
 from .manager.checkpoint_manager import CheckpointManager

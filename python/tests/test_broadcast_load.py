@@ -81,11 +81,12 @@ class ChunkedReader:
 def _simulate(processes: int, leaves: list, chunk_rows: int = 1) -> list[tuple]:
     """Plans every process of a job: ``leaves`` are (shape, dtype, sharding),
     stored in chunks of ``chunk_rows`` rows. Returns, per process, its plan
-    and its slots (one per box it holds, its buffer filled with 0x4d bytes)."""
+    and the buffers of its slots (one per box it holds, filled with 0x4d
+    bytes), as the executor keeps them: slot -> array."""
     out = []
     for me in range(processes):
         plan = broadcast_load.Plan(me)
-        slots = []
+        buffers = {}
         for number, (shape, dtype, sharding) in enumerate(leaves):
             mine = {}
             for device, index in sharding.devices_indices_map(shape).items():
@@ -93,27 +94,27 @@ def _simulate(processes: int, leaves: list, chunk_rows: int = 1) -> list[tuple]:
                     origin = (index[0].start,) + (0,) * (len(shape) - 1)
                     extent = (index[0].stop - index[0].start,) + tuple(shape[1:])
                     slot = load_plan.Slot(number, f"leaf{number}", origin, extent,
-                                          np.dtype(dtype), devices=[])
-                    slot.buffer = np.full(math.prod(extent) * slot.dtype.itemsize, 0x4D,
-                                          np.uint8).view(dtype).reshape(extent)
+                                          np.dtype(dtype), devices=())
                     mine[origin, extent] = slot
+            for slot in mine.values():
+                buffers[slot] = np.full(math.prod(slot.shape) * slot.dtype.itemsize, 0x4D,
+                                        np.uint8).view(dtype).reshape(slot.shape)
             plan.add_leaf(number, f"leaf{number}", sharding, shape, (), np.dtype(dtype),
                           list(mine.values()))
-            slots += mine.values()
         plan.choose_readers(ChunkedReader(leaves, chunk_rows))
-        out.append((plan, slots))
+        out.append((plan, buffers))
     return out
 
 
 def _reads(simulated) -> dict[int, list[tuple]]:
     """(leaf number, origin, shape, buffer) of each read a simulated process makes."""
     reads = {}
-    for me, (plan, slots) in enumerate(simulated):
+    for me, (plan, buffers) in enumerate(simulated):
         shared = plan.shared_slots()
-        reads[me] = [(s.number, s.origin, s.shape, s.buffer) for s in slots
-                     if id(s) not in shared]
+        reads[me] = [(s.number, s.origin, s.shape, buffer) for s, buffer in buffers.items()
+                     if s not in shared]
         reads[me] += [(slot.number, origin, shape, buffer)
-                      for slot, origin, shape, buffer in plan.own_pieces()]
+                      for slot, origin, shape, buffer in plan.own_pieces(buffers)]
     return reads
 
 
@@ -241,7 +242,8 @@ def test_receivers_get_the_readers_bytes(monkeypatch, batch_bytes, cut_bytes):
     def run(index):
         me.index = index
         try:
-            simulated[index][0].exchange("load of ckpt", 12.5)
+            plan, buffers = simulated[index]
+            plan.exchange(buffers, "load of ckpt", 12.5)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -251,9 +253,9 @@ def test_receivers_get_the_readers_bytes(monkeypatch, batch_bytes, cut_bytes):
     for t in threads:
         t.join(60)
     assert not errors, errors
-    for _, slots in simulated:
-        for s in slots:
-            assert_same_bits(s.buffer, values[s.number][s.origin[0]:s.origin[0] + s.shape[0]])
+    for _, buffers in simulated:
+        for s, buffer in buffers.items():
+            assert_same_bits(buffer, values[s.number][s.origin[0]:s.origin[0] + s.shape[0]])
     assert len(set(calls.values())) == 1  # every process made the same calls
     assert (calls[0] > 1) == (batch_bytes < 2048)
 
@@ -262,15 +264,14 @@ def test_a_receiver_given_other_sizes_fails_naming_the_leaf(monkeypatch):
     job = _job(2)
     sharding = RowsSharding([[job[0][0], job[1][0]]])
     simulated = _simulate(2, [((4, 4), "float32", sharding)])
-    (plan, slots), = [(plan, slots) for plan, slots in simulated if plan.shared_slots()]
-    reader = 1 - simulated.index((plan, slots))
-    slots[0].buffer = np.zeros((4, 4), np.float32)
+    (plan, buffers), = [(plan, buffers) for plan, buffers in simulated if plan.shared_slots()]
+    reader = 1 - [plan for plan, _ in simulated].index(plan)
     monkeypatch.setattr(broadcast_load.exchange, "exchange_bytes",
                         lambda outgoing, name, timeout_s, into=None:
                         {reader: [np.zeros(3, np.uint8)]})
     with pytest.raises(sk.ShardkeepError,
                        match=rf"leaf 'leaf0'.*received 3 bytes from process {reader}"):
-        plan.exchange("load of ckpt", 1.0)
+        plan.exchange(buffers, "load of ckpt", 1.0)
 
 
 def test_single_process_loads_are_unchanged(ckpt, monkeypatch):

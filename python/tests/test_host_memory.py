@@ -1,4 +1,4 @@
-"""Host buffers for loads and async staging (shardkeep.base.host_memory)."""
+"""Host buffers for loads and async staging (shardkeep.base.host_memory, host_copy)."""
 
 import gc
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import shardkeep
-from shardkeep.base import host_memory
+from shardkeep.base import host_copy, host_memory
 
 
 @pytest.mark.parametrize("shape,dtype", [
@@ -36,7 +36,7 @@ def test_copy_all_copies_every_source_into_its_destination(sizes):
     rng = np.random.default_rng(0)
     sources = [rng.standard_normal(n).astype(np.float32) for n in sizes]
     destinations = [np.zeros_like(s) for s in sources]
-    host_memory.copy_all(sources, destinations)
+    host_copy.copy_all(sources, destinations)
     for src, dst in zip(sources, destinations):
         assert not np.shares_memory(src, dst)
         np.testing.assert_array_equal(dst, src)

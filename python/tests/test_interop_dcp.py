@@ -192,6 +192,29 @@ def _small_checkpoint(tmp_path):
     return path
 
 
+def test_convert_reads_each_key_once_through_the_source(tmp_path, monkeypatch):
+    """Conversion asks the source as a load does (``Source.read``), each
+    DCP key once, whole, however many boxes the writers cut it into."""
+    from shardkeep.interop import dcp as dcp_reader
+
+    path = str(tmp_path / "ckpt")
+    dcp.save({"w": torch.arange(4096, dtype=torch.float32).reshape(64, 64)},
+             checkpoint_id=path, no_dist=True)
+    reads = []
+    read = dcp_reader.DcpSource.read
+
+    def counting_read(self, requests):
+        reads.append([(tuple(r.origin), tuple(r.shape)) for r in requests])
+        read(self, requests)
+
+    monkeypatch.setattr(dcp_reader.DcpSource, "read", counting_read)
+    dst = str(tmp_path / "out")
+    sk.convert(path, dst, source_format="dcp", allow_pickle=True,
+               options=sk.Options(chunk_bytes=1024))  # many boxes of one key
+    assert reads == [[((0, 0), (64, 64))]]
+    assert_same_bits(sk.load(dst)["w"], np.arange(4096, dtype=np.float32).reshape(64, 64))
+
+
 def test_missing_data_file_is_named(tmp_path):
     path = _small_checkpoint(tmp_path)
     os.remove(os.path.join(path, "__0_0.distcp"))

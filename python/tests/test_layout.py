@@ -177,3 +177,93 @@ def test_commit_records_and_meta_are_decoded_by_the_core_alone():
     as_text = [f"{cls.__name__}.{name}" for cls in (_core.Reader, _core.RootEntry)
                for name in ("commit_json", "meta_json") if hasattr(cls, name)]
     assert as_text == []
+
+
+# -- import depth --------------------------------------------------------------
+
+# The most modules a chain of module-level imports inside the package may
+# pass through, below the package itself (whose __init__ imports every part
+# to re-export the API). A deep chain is a module that needs the whole
+# stack beneath it to be read, tested or imported.
+MAX_IMPORT_DEPTH = 7
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level(tree: ast.Module):
+    """The statements run on import: the module's own, and those under its
+    top-level if/try/with blocks, not function or class bodies."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                pending.extend(getattr(node, field, []))
+        elif isinstance(node, ast.ExceptHandler):
+            pending.extend(node.body)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each package module -> the package modules it imports on import."""
+    paths = {_module_name(p): p for p in _sources(PACKAGE)}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in _module_level(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in paths)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                if module not in paths:
+                    continue
+                for alias in node.names:
+                    sub = f"{module}.{alias.name}"
+                    found.add(sub if sub in paths else module)
+        # A module's own packages are imported before it: naming one (as
+        # ``from .. import _core`` names the extension through the root
+        # package) adds no dependency.
+        graph[name] = {m for m in found if m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    chains: dict[str, list[str]] = {}
+
+    def chain(name: str, visiting: tuple = ()) -> list[str]:
+        assert name not in visiting, f"import cycle: {' -> '.join(visiting + (name,))}"
+        if name not in chains:
+            below = [chain(d, visiting + (name,)) for d in sorted(graph[name])]
+            chains[name] = [name] + max(below, key=len, default=[])
+        return chains[name]
+
+    starts = [name for name in graph if name != PACKAGE.name]
+    return max((chain(name) for name in sorted(starts)), key=len)
+
+
+def test_the_import_chain_is_shallow():
+    longest = _longest_chain(_import_graph())
+    assert len(longest) <= MAX_IMPORT_DEPTH, (
+        f"an import chain of {len(longest)} modules (at most {MAX_IMPORT_DEPTH}): "
+        + " -> ".join(longest))
+
+
+# -- module size ---------------------------------------------------------------
+
+# The most lines a module of the package may have: past it a module has
+# more than one job, and is split by role.
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {str(p.relative_to(PACKAGE)): n for p in _sources(PACKAGE)
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

@@ -1,6 +1,7 @@
 """The load pipeline: reads overlapped with placement, every source through
 it, and loads into the memory of donated targets (Options.donate_target)."""
 
+import dataclasses
 import threading
 
 import jax
@@ -11,7 +12,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import shardkeep as sk
 from conftest import make_mesh
-from shardkeep.loading import load_executor, load_source, placement
+from shardkeep import _core
+from shardkeep.loading import load_executor, load_plan, load_source, placement
 
 _LEAVES = 12
 
@@ -73,8 +75,8 @@ def test_placement_overlaps_the_next_reads(tmp_path, monkeypatch, small_batches)
     changed = threading.Condition()
     place = placement.place
 
-    def recording_place(leaf, arena):
-        result = place(leaf, arena)
+    def recording_place(leaf, buffers, arena):
+        result = place(leaf, buffers, arena)
         with changed:
             placed.append(leaf.path)
             changed.notify_all()
@@ -159,7 +161,8 @@ def test_every_source_loads_through_the_pipeline(tmp_path, monkeypatch, small_ba
                         lambda source, requests: (reads.append(len(requests)),
                                                   read(source, requests)))
     monkeypatch.setattr(placement, "place",
-                        lambda leaf, arena: (places.append(leaf.path), place(leaf, arena))[1])
+                        lambda leaf, buffers, arena: (places.append(leaf.path),
+                                                      place(leaf, buffers, arena))[1])
     loaded = load(_target(state))
     assert len([n for n in reads if n]) >= 4  # batched
     assert len(places) == _LEAVES
@@ -179,6 +182,39 @@ def test_a_box_on_several_devices_gets_memory_of_its_own_on_each(tmp_path):
                                                                  sharding=sharding)})["v"]
     assert len(set(_pointers(loaded))) == 8
     np.testing.assert_array_equal(np.asarray(loaded), np.arange(64, dtype=np.float32))
+
+
+@pytest.mark.parametrize("donate", [False, True])
+def test_a_plan_is_a_value_that_running_it_leaves_as_it_was(tmp_path, donate):
+    """The executor keeps what it chooses (buffers, mapped files, donated
+    memory) to itself: a plan's fields are the same after a run, cannot
+    be assigned, and the same plan runs again."""
+    sk.save(tmp_path / "c", _state(2))
+    reader = _core.Reader(str(tmp_path / "c"), sk.Options().to_core())
+    source = load_source.CoreSource(reader, "state", "c", sk.Options().to_core(),
+                                    map_files=True)
+    live = _state(0)
+    plan = load_plan.plan("c", source.meta(), live, partial=False, broadcast=False,
+                          allow_lossy_cast=False, donate=donate)
+
+    def fields(value):
+        return [(f, getattr(value, f)) for f in value.__dataclass_fields__]
+
+    before = [(fields(leaf), [fields(slot) for slot in leaf.slots]) for leaf in plan.leaves]
+    first = load_executor.execute(plan, source, timeout_s=10)
+    after = [(fields(leaf), [fields(slot) for slot in leaf.slots]) for leaf in plan.leaves]
+    assert [[(f, id(v)) for f, v in leaf] for leaf, _ in before] == \
+        [[(f, id(v)) for f, v in leaf] for leaf, _ in after]
+    assert [slots for _, slots in before] == [slots for _, slots in after]
+    assert all((leaf.donor is not None) == donate for leaf in plan.leaves)
+    slot = plan.leaves[0].slots[0]
+    assert not hasattr(slot, "buffer")  # buffers are the run's
+    # Frozen (Python 3.11 reports it as a TypeError for slotted dataclasses).
+    with pytest.raises((dataclasses.FrozenInstanceError, TypeError)):
+        slot.shape = (1,)  # type: ignore[misc]
+    if not donate:  # a donated target is gone once loaded into; the plan is not run twice
+        _assert_equal(load_executor.execute(plan, source, timeout_s=10), first)
+    _assert_equal(first, _state(2))
 
 
 # -- donated targets ------------------------------------------------------------

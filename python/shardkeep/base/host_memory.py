@@ -7,19 +7,15 @@ docs/DESIGN_NOTES.md, "Host memory"); transparent huge pages
 (MADV_HUGEPAGE, which the common ``enabled=madvise`` setting honours) cut
 them by the page size. So large buffers are anonymous mappings advised to
 use huge pages; where the kernel has none to give, they behave like any
-other memory.
+other memory. Filling them fast is ``host_copy``'s.
 """
 
 from __future__ import annotations
 
 import math
 import mmap
-import os
 
 import numpy as np
-
-from .. import _core
-from . import dtypes
 
 # XLA's CPU client adopts a host buffer without copying it only when its
 # address is a multiple of this; numpy's large allocations are 16 mod 64.
@@ -29,10 +25,6 @@ XLA_ALIGNMENT = 64
 HUGE_PAGE_BYTES = 2 << 20
 
 _HUGEPAGE_ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
-
-# Below this, handing work to other threads costs more than it saves.
-_PARALLEL_COPY_BYTES = 16 << 20
-_MAX_COPY_THREADS = 8
 
 
 def empty(shape, dtype) -> np.ndarray:
@@ -89,43 +81,3 @@ def _mapped(nbytes: int) -> np.ndarray:
         except OSError:  # kernels without transparent huge pages
             pass
     return np.frombuffer(mapping, np.uint8)[:nbytes]
-
-
-def touch(buffer: np.ndarray) -> None:
-    """Writes every page of ``buffer`` (uint8) once, so that later copies
-    into it run at memory speed: on virtual machines the first touch of
-    memory the process has not used recently is what costs
-    (docs/DESIGN_NOTES.md, "Host memory")."""
-    zeros = np.zeros(HUGE_PAGE_BYTES, np.uint8)
-    pieces = [buffer[start:start + zeros.size] for start in range(0, buffer.size, zeros.size)]
-    copy_all([zeros[:piece.size] for piece in pieces], pieces)
-
-
-def copy_thread_count() -> int:
-    """How many threads copy a large batch: memory bandwidth, and first
-    touches of fresh memory, scale with cores."""
-    return min(os.cpu_count() or 1, _MAX_COPY_THREADS)
-
-
-def copy_all(sources: list[np.ndarray], destinations: list[np.ndarray]) -> None:
-    """Copies each source into the destination beside it (same shape and
-    dtype, C-contiguous).
-
-    Large batches are copied on native threads that never take the GIL
-    (``_core.BackgroundCopy``, as async saves stage): memory bandwidth, and
-    first touches of fresh memory, scale with cores.
-    """
-    total = sum(src.nbytes for src in sources)
-    if total < _PARALLEL_COPY_BYTES or copy_thread_count() < 2:
-        for src, dst in zip(sources, destinations):
-            np.copyto(dst, src)
-        return
-    # About two batches a thread: near-equal shares, few hand-overs.
-    threads = copy_thread_count()
-    copy = _core.BackgroundCopy(threads, max(1 << 20, total // (2 * threads)))
-    for src, dst in zip(sources, destinations):
-        if src.shape != dst.shape or src.dtype != dst.dtype:
-            raise ValueError(f"copy_all: {src.dtype}{list(src.shape)} into"
-                             f" {dst.dtype}{list(dst.shape)}")  # a bug, not input
-        copy.add(dtypes.as_bytes(src), dtypes.as_bytes(dst))
-    copy.finish()

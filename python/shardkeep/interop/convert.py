@@ -16,6 +16,8 @@ from .. import options as options_lib
 from ..base.array_source import ArraySource
 from ..errors import InvalidArgumentError
 from . import dcp, orbax
+from ..loading.load_source import Source
+from ..saving.save import save
 from .progress import Progress
 
 SOURCE_FORMATS = ("orbax", "dcp", "safetensors")
@@ -57,8 +59,6 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
     if allow_pickle and source_format != "dcp":
         raise InvalidArgumentError(f"allow_pickle applies to source_format='dcp' only;"
                                    f" {source_format!r} checkpoints hold no pickles")
-    from ..saving.save import save  # late: shardkeep's package imports this module
-
     if source_format == "safetensors":
         save(dst, _safetensors_tree(src, options), options=options, step=step)
         return
@@ -71,9 +71,7 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
                                                  options=options), step, options)
 
 
-def _save_source(src, dst, source, step: int | None, options: options_lib.Options) -> None:
-    from ..saving.save import save  # late: shardkeep's package imports this module
-
+def _save_source(src, dst, source: Source, step: int | None, options: options_lib.Options) -> None:
     leaves = source.meta()["leaves"]
     progress = Progress(f"convert {os.fspath(src)}", len(leaves),
                         sum(_nbytes(leaf) for leaf in leaves))
@@ -90,7 +88,7 @@ def _nbytes(leaf: dict) -> int:
     return math.prod(leaf["shape"]) * dtypes.from_name(leaf["dtype"]).itemsize
 
 
-def _value_of(source, number: int, leaf: dict, progress: Progress) -> Any:
+def _value_of(source: Source, number: int, leaf: dict, progress: Progress) -> Any:
     """What the saved tree holds for a leaf: an ArraySource for arrays
     (read as the writers need them), typed keys for key data (small: read
     now), the value itself otherwise."""
@@ -107,30 +105,31 @@ def _value_of(source, number: int, leaf: dict, progress: Progress) -> Any:
                        _ChunkReads(source, number, leaf, progress))
 
 
-def _read_box(source, number: int, leaf: dict, origin: tuple, shape: tuple) -> np.ndarray:
+def _read_box(source: Source, number: int, leaf: dict, origin: tuple, shape: tuple) -> np.ndarray:
     out = np.empty(shape, dtypes.from_name(leaf["dtype"]))
     source.read([_core.ReadRequest(number, leaf["dtype"], origin, shape, dtypes.as_bytes(out))])
     return out
 
 
 class _ChunkReads:
-    """An ArraySource's read of one leaf: each box read from the source, or
-    (for sources that read whole leaves: DCP) sliced from the whole leaf,
-    read once and dropped when its last box is out."""
+    """An ArraySource's read of one leaf: each box read from the source,
+    or, for a source that reads whole leaves (DCP), sliced from the whole
+    leaf, asked of the source once and dropped when its last box is out."""
 
-    def __init__(self, source, number: int, leaf: dict, progress: Progress):
+    def __init__(self, source: Source, number: int, leaf: dict, progress: Progress):
         self._source, self._number, self._leaf = source, number, leaf
         self._progress = progress
-        self._read_whole = getattr(source, "reads_whole_leaves", False)
         self._lock = threading.Lock()
         self._remaining = _nbytes(leaf)
         self._whole: np.ndarray | None = None  # while boxes of a whole read are out
 
     def __call__(self, origin: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-        if self._read_whole:
+        if self._source.reads_whole_leaves:
             with self._lock:
                 if self._whole is None:
-                    self._whole = self._source.read_whole(self._number)
+                    full = tuple(self._leaf["shape"])
+                    self._whole = _read_box(self._source, self._number, self._leaf,
+                                            (0,) * len(full), full)
                 whole = self._whole
             values = whole[tuple(slice(o, o + n) for o, n in zip(origin, shape))]
         else:

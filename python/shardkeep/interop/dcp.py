@@ -19,7 +19,8 @@ through a same-size integer view), so that a key's chunks from any number
 of ranks are assembled by DCP itself, bit for bit, and memory holds only
 the keys being read. ``DcpSource`` describes the checkpoint as meta.json
 would and serves boxes from whole keys, so loading it is shardkeep's own
-load (``load_executor``): matching, casts, errors and load-and-broadcast.
+load (``load_formats.load_dcp``): matching, casts, errors and
+load-and-broadcast.
 """
 
 from __future__ import annotations
@@ -37,10 +38,8 @@ import numpy as np
 
 from .. import _core
 from ..base import dtypes
-from ..loading import load_executor
 from .. import options as options_lib
 from ..errors import CorruptionError, InvalidArgumentError, NotFoundError
-from ..base.gc_pause import gc_paused
 from ..loading.load_source import Source, Span, destination
 from ..loading.other_formats import DCP_METADATA_FILE
 from .optional import require
@@ -67,36 +66,13 @@ _SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
 _MAX_READ_THREADS = 8
 
 
-def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
-             options: options_lib.Options | None = None) -> Any:
-    """Loads a PyTorch DCP checkpoint's state dict onto ``target``.
-
-    ``allow_pickle=True`` is required: DCP's metadata is a pickle (see
-    docs/INTEROP.md). ``target`` follows ``shardkeep.load``; leaves are
-    matched by key path (DCP's record of the nested state dict, or each
-    flattened key as one dict key). Each process reads the keys its
-    boxes lie in, whole (DCP reads no part of a key); with
-    ``Options(broadcast_load=True)`` each key that several processes hold
-    is read by one of them and sent to the others. Needs ``torch``
-    (``shardkeep[dcp]``).
-    """
-    options = options_lib.resolve(options)
-    source = DcpSource(path, allow_pickle=allow_pickle, options=options)
-    with gc_paused():
-        return load_executor.load(source, target, partial=False,
-                                  broadcast=options.broadcasts_load_of(source.directory),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)
-
-
 class DcpSource(Source):
     """A DCP checkpoint as a load's source; keys are read whole, on up to
     ``options.io_threads`` threads. Its default (0) means one per core
     here too, but at most 8 where the engine takes up to 16: each of these
     threads holds a whole key in memory, the engine's a chunk or a range."""
 
-    reads_whole_leaves = True
+    reads_whole_leaves = True  # see Source
 
     def __init__(self, path, *, allow_pickle: bool, options: options_lib.Options):
         if not allow_pickle:
@@ -137,7 +113,11 @@ class DcpSource(Source):
         with concurrent.futures.ThreadPoolExecutor(
                 self._threads, thread_name_prefix="shardkeep-dcp") as pool, quiet():
             for number, leaf_requests in by_leaf.items():
-                reading.append((pool.submit(self._read_whole, number), leaf_requests))
+                into = self._whole_leaf(number, leaf_requests)
+                if into is not None:  # read straight into the one request's buffer
+                    reading.append((pool.submit(self._read_whole, number, into), []))
+                else:
+                    reading.append((pool.submit(self._read_whole, number), leaf_requests))
                 if len(reading) >= self._threads:
                     _copy_boxes(*reading.popleft())
             while reading:
@@ -147,10 +127,18 @@ class DcpSource(Source):
         """A key is read whole: every box of it reads all of it."""
         return [[Span(self._leaf_keys[request.leaf][0], 0, 1)] for request in requests]
 
-    def read_whole(self, number: int) -> np.ndarray:
-        """Leaf ``number`` as stored (for conversion, which slices it; it
-        runs under ``quiet``, on any thread)."""
-        return self._read_whole(number)
+    def _whole_leaf(self, number: int, requests: list[_core.ReadRequest]) -> np.ndarray | None:
+        """The buffer of ``requests`` as leaf ``number``'s array when they
+        are one request for all of it in its stored dtype (conversion's
+        reads, a load onto the saved layout of a single device), else None."""
+        leaf = self._meta["leaves"][number]
+        if len(requests) != 1:
+            return None
+        request, shape = requests[0], tuple(leaf["shape"])
+        if (request.dtype != leaf["dtype"] or tuple(request.shape) != shape
+                or any(request.origin)):
+            return None
+        return destination(request).view(dtypes.from_name(leaf["dtype"])).reshape(shape)
 
     def _read_metadata(self):
         file = os.path.join(self.directory, DCP_METADATA_FILE)
@@ -206,11 +194,13 @@ class DcpSource(Source):
             return [(fqn, False)]
         return [(str(k), isinstance(k, int)) for k in original]
 
-    def _read_whole(self, number: int) -> np.ndarray:
+    def _read_whole(self, number: int, into: np.ndarray | None = None) -> np.ndarray:
+        """Leaf ``number`` as stored, read into ``into`` (its shape and
+        dtype) or a new array."""
         fqn, where, torch_dtype = self._leaf_keys[number]
         leaf = self._meta["leaves"][number]
         dtype = dtypes.from_name(leaf["dtype"])
-        array = np.empty(leaf["shape"], dtype)
+        array = into if into is not None else np.empty(leaf["shape"], dtype)
         if dtype.name in _VIEWED:
             view = self._torch.from_numpy(array.view(_INT_OF_SIZE[dtype.itemsize]))
             tensor = view.view(torch_dtype)
@@ -239,7 +229,8 @@ class DcpSource(Source):
 
 def _copy_boxes(whole_read: concurrent.futures.Future,
                 requests: list[_core.ReadRequest]) -> None:
-    """Copies each request's box out of the whole key being read."""
+    """Copies each request's box out of the whole key being read (none
+    when the key was read straight into its request's buffer)."""
     whole = whole_read.result()
     for request in requests:
         shape, dst = request.shape, destination(request)

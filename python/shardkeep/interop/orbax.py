@@ -27,7 +27,7 @@ for a single unnamed item), and ``<path>/<name>`` for the v1 API's
 The JSON files are read here; the arrays (OCDBT B-trees, zarr codecs,
 chunks) only through tensorstore, the library that defines them.
 ``OrbaxSource`` describes an item as meta.json would and reads boxes of
-its arrays, so that loading one is shardkeep's own load (``load_executor``):
+its arrays, so that loading one is shardkeep's own load (``load_formats``):
 the same matching, casts, typed keys, errors and load-and-broadcast.
 """
 
@@ -42,10 +42,8 @@ import numpy as np
 
 from .. import _core
 from ..base import dtypes
-from ..loading import load_executor
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
-from ..base.gc_pause import gc_paused
 from ..loading.load_source import Source, Span, destination
 from ..loading.other_formats import ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER
 from .optional import require
@@ -58,40 +56,6 @@ _UNCOMMITTED = ".orbax-checkpoint-tmp"
 _ARRAY_TYPES = ("jax.Array", "np.ndarray", "scalar")
 _EMPTY_CONTAINERS = {"Dict": _core.KeyedValue.EMPTY_DICT, "List": _core.KeyedValue.EMPTY_LIST}
 _SEQUENCE_KEY = 1
-
-
-def load_orbax(path, target: Any = None, *, options: options_lib.Options | None = None) -> Any:
-    """Loads an Orbax checkpoint's pytree onto ``target``.
-
-    ``path`` is the folder Orbax saved the pytree to (``_METADATA`` in
-    it), or a folder holding exactly one such item (a ``CheckpointManager``
-    step, or a v1 ``save`` path). ``target`` follows
-    ``shardkeep.load``: ``jax.ShapeDtypeStruct`` leaves with shardings give
-    ``jax.Array``s of those shardings, each process reading from storage
-    only the boxes its devices hold (each distinct box once, and once in
-    the whole job with ``Options(broadcast_load=True)``); numpy or Python
-    leaves give numpy or Python values; None (whole or per leaf) the saved
-    shapes and dtypes on the host (numpy arrays, Python scalars and
-    strings), with nested dicts and lists rebuilt from Orbax's tree
-    metadata. Typed PRNG keys (Orbax records their implementation) load
-    onto typed-key targets, and without a target as typed keys. Leaves are
-    matched by shardkeep key path (keys joined by '/', see docs/FORMAT.md
-    §4.2); a target must name every saved leaf but Nones.
-
-    A target dtype other than the saved one is a cast, with the rules of
-    ``shardkeep.load`` (lossy ones need ``Options(allow_lossy_cast=True)``);
-    a shape other than the saved one raises IncompatibleError.
-    ``options.io_threads`` bounds tensorstore's concurrent file reads and
-    copies. Needs the ``tensorstore`` package (``shardkeep[orbax]``).
-    """
-    options = options_lib.resolve(options)
-    source = OrbaxSource(path, options)
-    with gc_paused():
-        return load_executor.load(source, target, partial=False,
-                                  broadcast=options.broadcasts_load_of(source.directory),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)
 
 
 class OrbaxSource(Source):

@@ -40,11 +40,12 @@ from __future__ import annotations
 import collections
 import heapq
 import math
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, host_memory, shardings
+from ..base import dtypes, host_copy, shardings
 from ..job import exchange
 from ..errors import ShardkeepError
 
@@ -101,9 +102,10 @@ class _Piece:
         self.nbytes = box.nbytes * (self.stop - self.start) // whole_rows
         self.reader = -1
 
-    def buffer(self) -> np.ndarray:
-        """The piece's part of this process's slot buffer (contiguous)."""
-        whole = self.box.slot.buffer
+    def buffer(self, buffers: Mapping) -> np.ndarray:
+        """The piece's part of this process's slot buffer (contiguous), the
+        slots' buffers being ``buffers``."""
+        whole = buffers[self.box.slot]
         return whole if whole.ndim == 0 else whole[self.start:self.stop]
 
 
@@ -111,11 +113,13 @@ class Plan:
     """Who reads each piece of a load's jax-sharded leaves, and the exchange
     that gives the other holders their copies.
 
-    Usage: ``add_leaf`` for every jax-sharded target leaf, in the target's
-    leaf order (the same in every process); ``choose_readers``; then
+    The load-and-broadcast stage of the load executor, which uses it so:
+    ``add_leaf`` for every jax-sharded target leaf, in the target's leaf
+    order (the same in every process); ``choose_readers``; then
     ``shared_slots`` (the slots not to read whole); once every slot has a
     buffer, ``own_pieces`` to read besides the other slots; ``exchange``
-    after this process's reads.
+    after this process's reads. The slots' buffers are the executor's,
+    passed in as a mapping of slot to numpy array.
     """
 
     def __init__(self, process_index: int):
@@ -125,11 +129,11 @@ class Plan:
         self._sole_bytes: collections.Counter = collections.Counter()
 
     def add_leaf(self, number: int, path: str, sharding, shape: tuple, key_shape: tuple,
-                 dtype: np.dtype, slots: list) -> None:
+                 dtype: np.dtype, slots: Sequence) -> None:
         """Registers leaf ``number`` of ``shape`` placed with ``sharding``;
         ``slots`` are this process's boxes of it (origin and shape with the
         typed-key dimensions ``key_shape`` appended, as the reader reads
-        them; ``.buffer`` set before ``own_pieces``)."""
+        them)."""
         holders = shardings.box_holders(sharding, shape)
         if len({p for processes in holders.values() for p in processes}) < 2:
             # The leaf lives in one process. Its sharding may differ between
@@ -174,44 +178,44 @@ class Plan:
                 piece.reader = reader
                 load[reader] += piece.nbytes
 
-    def shared_slots(self) -> set[int]:
-        """The ids of this process's slots that it does not read whole:
-        another process reads some piece of them. The caller reads (or
-        maps) every other slot itself."""
-        return {id(p.box.slot) for p in self._chosen()
+    def shared_slots(self) -> set:
+        """This process's slots that it does not read whole: another
+        process reads some piece of them. The caller reads (or maps) every
+        other slot itself."""
+        return {p.box.slot for p in self._chosen()
                 if p.box.slot is not None and p.reader != self._me}
 
-    def own_pieces(self) -> list[tuple]:
+    def own_pieces(self, buffers: Mapping) -> list[tuple]:
         """(slot, origin, shape, buffer) of each piece of ``shared_slots``
         this process reads: the piece's place in its leaf, and its part of
-        the slot's buffer to read into."""
+        the slot's buffer (in ``buffers``) to read into."""
         shared = self.shared_slots()
-        return [(p.box.slot, *p.box.part((p.start, p.stop)), p.buffer())
-                for p in self._chosen() if p.reader == self._me and id(p.box.slot) in shared]
+        return [(p.box.slot, *p.box.part((p.start, p.stop)), p.buffer(buffers))
+                for p in self._chosen() if p.reader == self._me and p.box.slot in shared]
 
-    def exchange(self, name: str, timeout_s: float) -> None:
+    def exchange(self, buffers: Mapping, name: str, timeout_s: float) -> None:
         """Sends the pieces this process read to their other holders and
-        fills the pieces it receives. Collective: every process calls it
-        once its own reads are done (their buffers filled), with the same
-        ``name`` (the load's); ``timeout_s`` bounds each wait for the other
-        processes."""
+        fills the pieces it receives, in the slots' ``buffers``. Collective:
+        every process calls it once its own reads are done (their buffers
+        filled), with the same ``name`` (the load's); ``timeout_s`` bounds
+        each wait for the other processes."""
         for number, batch in enumerate(self._batches()):
             outgoing: dict[int, list[np.ndarray]] = collections.defaultdict(list)
             expected: dict[int, list[_Piece]] = collections.defaultdict(list)
             for piece in batch:
                 if piece.reader == self._me:
-                    data = dtypes.as_bytes(piece.buffer())
+                    data = dtypes.as_bytes(piece.buffer(buffers))
                     for holder in piece.box.holders:
                         if holder != self._me:
                             outgoing[holder].append(data)
                 elif piece.box.slot is not None:
                     expected[piece.reader].append(piece)
             # Received straight into the slot buffers: no second copy.
-            into = {reader: [dtypes.as_bytes(piece.buffer()) for piece in pieces]
+            into = {reader: [dtypes.as_bytes(piece.buffer(buffers)) for piece in pieces]
                     for reader, pieces in expected.items()}
             received = exchange.exchange_bytes(dict(outgoing), name=f"{name}, batch {number}",
                                                into=into, timeout_s=timeout_s)
-            self._fill(expected, received)
+            self._fill(buffers, expected, received)
 
     def _chosen(self) -> list[_Piece]:
         if self._pieces is None:
@@ -236,17 +240,17 @@ class Plan:
             batches.append(batch)
         return batches
 
-    def _fill(self, expected: dict[int, list[_Piece]],
+    def _fill(self, buffers: Mapping, expected: dict[int, list[_Piece]],
               received: dict[int, list[np.ndarray]]) -> None:
         sources, destinations = [], []
         for reader in sorted(set(expected) | set(received)):
-            pieces, buffers = expected.get(reader, []), received.get(reader, [])
-            if len(buffers) != len(pieces):
+            pieces, arrived = expected.get(reader, []), received.get(reader, [])
+            if len(arrived) != len(pieces):
                 raise ShardkeepError(
                     f"load-and-broadcast: process {self._me} expected {len(pieces)} pieces"
-                    f" from process {reader} and received {len(buffers)}; do all processes"
+                    f" from process {reader} and received {len(arrived)}; do all processes"
                     " load the same target?")
-            for piece, data in zip(pieces, buffers):
+            for piece, data in zip(pieces, arrived):
                 if data.dtype != np.uint8 or data.size != piece.nbytes:
                     origin, shape = piece.box.part((piece.start, piece.stop))
                     raise ShardkeepError(
@@ -254,11 +258,11 @@ class Plan:
                         f" shape {list(shape)}: process {self._me} received {data.nbytes}"
                         f" bytes from process {reader}, expected {piece.nbytes}; do all"
                         " processes load the same target?")
-                destination = dtypes.as_bytes(piece.buffer())
+                destination = dtypes.as_bytes(piece.buffer(buffers))
                 if _address(data) != _address(destination):  # not received in place
                     sources.append(data.reshape(-1))
                     destinations.append(destination)
-        host_memory.copy_all(sources, destinations)
+        host_copy.copy_all(sources, destinations)
 
 
 def _address(array: np.ndarray) -> int:

@@ -37,7 +37,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..base import host_memory
 from .load_plan import LeafPlan, Slot
 
 
@@ -68,52 +67,51 @@ def _placed_by_a_load(array: jax.Array) -> bool:
     return ref is not None and ref() is array
 
 
-def take(leaves: list[LeafPlan]) -> None:
-    """Takes the donors of ``leaves`` (SHARDED, each with one): each
-    ``leaf.donor`` becomes an array of the load's own, to be given its
-    boxes by ``attach``, or None once the donor is deleted (the leaf is
-    then placed in new memory)."""
+def take(leaves: list[LeafPlan]) -> dict[LeafPlan, jax.Array]:
+    """Takes the donors of ``leaves`` (SHARDED, each with one): returns,
+    for each leaf whose donor's memory can be reused, an array of the
+    load's own to be given its boxes by ``attach``; the other donors are
+    deleted (those leaves are placed in new memory)."""
     on_host = [leaf for leaf in leaves
                if _on_host(leaf) and not _placed_by_a_load(leaf.donor)]
-    reused = {id(leaf) for leaf in on_host}
+    reused = set(on_host)
     for leaf in leaves:
-        if id(leaf) not in reused:
+        if leaf not in reused:
             leaf.donor.delete()
-            leaf.donor = None
     owned = jax.block_until_ready(_identity([leaf.donor for leaf in on_host]))
-    for leaf, array in zip(on_host, owned):
-        leaf.donor = array
+    return dict(zip(on_host, owned))
 
 
-def attach(leaf: LeafPlan, arena: host_memory.Arena) -> None:
-    """Gives the slots of a taken leaf buffers in its array's memory, or,
-    where that memory is not laid out as the boxes are, new buffers (the
-    leaf is then placed as any other)."""
-    memory = {shard.device: shard.data for shard in leaf.donor.addressable_shards}
+def attach(leaf: LeafPlan, array: jax.Array, buffers: dict[Slot, np.ndarray],
+           copies: dict[Slot, list[np.ndarray]]) -> bool:
+    """Gives the slots of a taken leaf buffers in its ``array``'s memory
+    (and each box's copies on its other devices); False, giving nothing,
+    where that memory is not laid out as the boxes are (the leaf is then
+    placed as any other)."""
+    memory = {shard.device: shard.data for shard in array.addressable_shards}
     views = [[_writable(memory[device], slot) for device in slot.holders()] for slot in leaf.slots]
-    if any(view is None for slot_views in views for view in slot_views):
-        leaf.donor = None
-        for slot in leaf.slots:
-            slot.buffer = arena.empty(slot.shape, slot.dtype)
-        return
-    for slot, (first, *others) in zip(leaf.slots, views):
-        slot.buffer, slot.copies = first, others
+    usable = [[view for view in slot_views if view is not None] for slot_views in views]
+    if any(len(kept) != len(slot_views) for kept, slot_views in zip(usable, views)):
+        return False
+    for slot, (first, *others) in zip(leaf.slots, usable):
+        buffers[slot], copies[slot] = first, others
+    return True
 
 
-def finish(leaf: LeafPlan) -> jax.Array:
-    """The donated array, its boxes read; copies each box to the other
+def finish(leaf: LeafPlan, array: jax.Array, buffers: dict[Slot, np.ndarray],
+           copies: dict[Slot, list[np.ndarray]]) -> jax.Array:
+    """The donated ``array``, its boxes read; copies each box to the other
     devices that hold it, then drops the views of its memory."""
-    assert leaf.donor is not None
     for slot in leaf.slots:
-        for copy in slot.copies:
-            np.copyto(copy, slot.buffer)
-        slot.buffer, slot.copies = None, []
-    array, leaf.donor = leaf.donor, None
+        for copy in copies.pop(slot, []):
+            np.copyto(copy, buffers[slot])
+        del buffers[slot]
     return array
 
 
 def _on_host(leaf: LeafPlan) -> bool:
     donor = leaf.donor
+    assert donor is not None
     return (donor.sharding == leaf.sharding
             and all(device.platform == "cpu" for device in donor.sharding.device_set))
 

@@ -47,11 +47,12 @@ class FileMapper:
         self._files: dict[str, np.ndarray] = {}
         self._mapped: list[tuple] = []  # (buffer, checksum, path, file, offset)
 
-    def map_boxes(self, reader, name: str, slots: list, core_options) -> None:
-        """Gives every slot whose bytes are one raw chunk a mapped buffer.
+    def map_boxes(self, reader, name: str, slots: list, buffers: dict, core_options) -> None:
+        """Gives every slot whose bytes are one raw chunk a mapped buffer,
+        set in ``buffers`` (slot -> numpy array); the others are left out,
+        to be read.
 
-        ``slots`` have number, path, origin, shape, dtype and buffer (None);
-        the others keep buffer None, to be read.
+        ``slots`` have number, path, origin, shape and dtype.
         """
         requests = [_core.ReadRequest(s.number, dtypes.name_of(s.dtype), s.origin, s.shape)
                     for s in slots]
@@ -69,9 +70,9 @@ class FileMapper:
             end = found.offset + found.length
             if end > data.size:
                 continue  # a short file: the read path reports it
-            slot.buffer = data[found.offset:end].view(slot.dtype).reshape(slot.shape)
-            self._mapped.append((slot.buffer, found.checksum, slot.path, found.file,
-                                 found.offset))
+            mapped = data[found.offset:end].view(slot.dtype).reshape(slot.shape)
+            buffers[slot] = mapped
+            self._mapped.append((mapped, found.checksum, slot.path, found.file, found.offset))
 
     def verify(self) -> None:
         """Checks every mapped box against its checksum, on several threads

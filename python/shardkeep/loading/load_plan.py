@@ -4,9 +4,12 @@
 "leaves", whatever format they came from) and a target into a
 ``LoadPlan``: for every target leaf, the boxes (``Slot``) to fill, in the
 dtype the target asks for and with the devices each goes to, and how the
-leaf's value is finished once they are filled. Nothing is read here: the
-executor (``load_executor``) runs a plan against a source, and the local
-tier computes its own fetches from the same plan.
+leaf's value is finished once they are filled. Nothing is read here, and
+a plan is a value: nothing in it changes while it runs. The executor
+(``load_executor``) runs a plan against a source and keeps what it
+chooses on the way (each box's buffer, the donated memory, the
+load-and-broadcast pieces) on its own side; the local tier computes its
+own fetches from the same plan.
 """
 
 from __future__ import annotations
@@ -19,41 +22,29 @@ import jax
 import numpy as np
 
 from .. import _core
-from . import broadcast_load
 from ..base import dtypes, prng_keys, shardings, tree_codec
 from ..errors import IncompatibleError, InvalidArgumentError
 
 _MAX_LISTED = 20
 
 
-@dataclasses.dataclass(eq=False, slots=True)
+# eq=False: a slot is one box of one load, told apart from an equal box
+# of another leaf by identity (the executor keys its buffers by slot).
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class Slot:
-    """One box of one leaf that this process needs, in the dtype wanted.
-
-    ``buffer`` is the host array its bytes go to, chosen when the plan is
-    executed (mapped from a file, the memory of a donated array, or
-    allocated and read); ``copies``, for a donated array, the other devices'
-    memory that holds the same box.
-    """
+    """One box of one leaf that this process needs, in the dtype wanted."""
 
     number: int          # the leaf's position in the checkpoint's leaves
     path: str
     origin: tuple[int, ...]
     shape: tuple[int, ...]
     dtype: np.dtype
-    devices: list | None = None  # where the box goes; None: it stays on the host
-    buffer: Any = None  # its numpy array, once the executor has chosen it
-    copies: list = dataclasses.field(default_factory=list)
+    devices: tuple | None = None  # where the box goes; None: it stays on the host
 
-    def holders(self) -> list:
+    def holders(self) -> tuple:
         """The devices a box that goes to devices goes to (a SHARDED leaf's)."""
         assert self.devices is not None
         return self.devices
-
-    def request(self) -> _core.ReadRequest:
-        """The read of this box into its buffer, as sources take it."""
-        return _core.ReadRequest(self.number, dtypes.name_of(self.dtype), self.origin,
-                                 self.shape, dtypes.as_bytes(self.buffer))
 
 
 class Finish(enum.Enum):
@@ -66,42 +57,47 @@ class Finish(enum.Enum):
     SHARDED = "sharded"      # a jax.Array assembled from the slots' device arrays
 
 
-@dataclasses.dataclass(eq=False, slots=True)
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class LeafPlan:
     """One target leaf: the boxes it needs and how its value is finished.
 
     ``value``: for VALUE the value itself, for DELIVER the host array
-    (None: the one slot's buffer); ``target`` for DELIVER; ``shape``,
-    ``sharding`` and ``key_impl`` (typed PRNG keys) for SHARDED, and
-    ``donor``, the target's jax.Array when it is donated (``donation``).
+    (None: the one slot's buffer); ``target`` for DELIVER; ``number``
+    (the saved leaf's), ``dtype`` (of its boxes), ``shape``, ``sharding``
+    and ``key_impl`` (typed PRNG keys) for SHARDED, and ``donor``, the
+    target's jax.Array when it is donated to the load (``donation``).
     """
 
     path: str
     finish: Finish
-    slots: list[Slot] = dataclasses.field(default_factory=list)
+    slots: tuple[Slot, ...] = ()
     value: Any = None
     target: Any = None
+    number: int = -1
+    dtype: np.dtype | None = None
     shape: tuple[int, ...] = ()
     sharding: jax.sharding.Sharding | None = None
     key_impl: str | None = None
     donor: Any = None
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(frozen=True, eq=False)
 class LoadPlan:
     """What one process does to load one tree.
 
     ``leaves`` in the target's leaf order (the checkpoint's without a
     target); ``treedef`` rebuilds the target's structure, ``tree`` (the
-    meta's structure) the saved one when there is no target; ``sharing``
-    the load-and-broadcast plan when boxes are shared between processes.
+    meta's structure) the saved one when there is no target; ``broadcast``:
+    boxes of the SHARDED leaves that several processes hold are read once
+    in the job and sent to the others (the executor's load-and-broadcast
+    stage, ``broadcast_load``).
     """
 
     where: str
-    leaves: list[LeafPlan]
+    leaves: tuple[LeafPlan, ...]
     treedef: Any = None
     tree: dict = dataclasses.field(default_factory=dict)
-    sharing: broadcast_load.Plan | None = None
+    broadcast: bool = False
 
     def slots(self) -> list[Slot]:
         return [slot for leaf in self.leaves for slot in leaf.slots]
@@ -128,29 +124,32 @@ def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool,
     """
     saved = meta["leaves"]
     if target is None:
-        return LoadPlan(where, [_plan_leaf(where, i, leaf, None, None, allow_lossy_cast)
-                                for i, leaf in enumerate(saved)], tree=meta["tree"])
+        return LoadPlan(where, tuple(_plan_leaf(where, i, leaf, None, allow_lossy_cast)
+                                     for i, leaf in enumerate(saved)), tree=meta["tree"])
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, saved, partial)
-    sharing = (broadcast_load.Plan(jax.process_index())
-               if broadcast and jax.process_count() > 1 else None)
-    leaves = [_plan_leaf(where, n, saved[n], t, sharing, allow_lossy_cast)
+    shared = broadcast and jax.process_count() > 1
+    leaves = [_plan_leaf(where, n, saved[n], t, allow_lossy_cast)
               for n, (_, t) in zip(numbers, keyed)]
-    if donate and sharing is None:
-        _note_donors(leaves, [t for _, t in keyed])
-    return LoadPlan(where, leaves, treedef=treedef, sharing=sharing)
+    if donate and not shared:
+        leaves = _with_donors(leaves, [t for _, t in keyed])
+    return LoadPlan(where, tuple(leaves), treedef=treedef, broadcast=shared)
 
 
-def _note_donors(leaves: list[LeafPlan], targets: list) -> None:
-    """Marks each sharded leaf whose target is a jax.Array as donated; an
-    array that is the target of several leaves is donated to the first."""
+def _with_donors(leaves: list[LeafPlan], targets: list) -> list[LeafPlan]:
+    """``leaves``, each sharded one whose target is a jax.Array donated that
+    array; an array that is the target of several leaves is donated to the
+    first."""
     seen: set[int] = set()
+    out = []
     for leaf, target in zip(leaves, targets):
         if (leaf.finish is Finish.SHARDED and not leaf.key_impl
                 and isinstance(target, jax.Array) and id(target) not in seen):
             seen.add(id(target))
-            leaf.donor = target
+            leaf = dataclasses.replace(leaf, donor=target)
+        out.append(leaf)
+    return out
 
 
 def _match(where: str, target_paths: list[str], saved: list[dict], partial: bool) -> list[int]:
@@ -186,7 +185,7 @@ def _listing(paths: list[str]) -> str:
 
 
 def _plan_leaf(where: str, number: int, saved: dict, target: Any,
-               sharing: broadcast_load.Plan | None, allow_lossy_cast: bool) -> LeafPlan:
+               allow_lossy_cast: bool) -> LeafPlan:
     kind, path = saved["kind"], saved["path"]
     if kind == "none":
         if target is not None:
@@ -201,8 +200,8 @@ def _plan_leaf(where: str, number: int, saved: dict, target: Any,
     if kind == "scalar":
         return _plan_scalar(where, saved, target, allow_lossy_cast)
     if _wants_keys(saved, target):
-        return _plan_keys(where, number, saved, target, sharing)
-    return _plan_array(where, number, saved, target, sharing)
+        return _plan_keys(where, number, saved, target)
+    return _plan_array(where, number, saved, target)
 
 
 def _wants_keys(saved: dict, target: Any) -> bool:
@@ -214,8 +213,7 @@ def _wants_keys(saved: dict, target: Any) -> bool:
     return hasattr(target, "dtype") and prng_keys.is_key(target.dtype)
 
 
-def _plan_keys(where: str, number: int, saved: dict, target: Any,
-               sharing: broadcast_load.Plan | None) -> LeafPlan:
+def _plan_keys(where: str, number: int, saved: dict, target: Any) -> LeafPlan:
     """Typed keys from stored key data: with the target's implementation,
     shape and sharding, or without a target the saved ones (the saved
     sharding when this job has its devices, else the default device).
@@ -239,8 +237,7 @@ def _plan_keys(where: str, number: int, saved: dict, target: Any,
         raise IncompatibleError(
             f"{where}: leaf {path!r} is {saved['dtype']}{list(stored)} in the checkpoint;"
             f" {impl} keys of shape {list(shape)} need key data of uint32{list(needed)}")
-    return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, sharing,
-                         key_impl=impl)
+    return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, key_impl=impl)
 
 
 def _plan_scalar(where: str, saved: dict, target: Any, allow_lossy_cast: bool) -> LeafPlan:
@@ -278,40 +275,35 @@ def _decode_scalar(saved: dict):
     return bool(value) if saved["dtype"] == "bool" else int(value)
 
 
-def _plan_array(where: str, number: int, saved: dict, target: Any,
-                sharing: broadcast_load.Plan | None) -> LeafPlan:
+def _plan_array(where: str, number: int, saved: dict, target: Any) -> LeafPlan:
     path, shape = saved["path"], tuple(saved["shape"])
     whole = (0,) * len(shape)
     if target is None or isinstance(target, (bool, int, float)):
         slot = Slot(number, path, whole, shape, dtypes.from_name(saved["dtype"]))
         if target is None:
-            return LeafPlan(path, Finish.HOST, [slot])
+            return LeafPlan(path, Finish.HOST, (slot,))
         _check_target_shape(where, path, shape, np.asarray(target))
-        return LeafPlan(path, Finish.ITEM, [slot])
+        return LeafPlan(path, Finish.ITEM, (slot,))
     _check_target_shape(where, path, shape, target)
     dtype = np.dtype(target.dtype)
     if isinstance(target, (np.ndarray, np.generic)):
-        return LeafPlan(path, Finish.DELIVER, [Slot(number, path, whole, shape, dtype)],
+        return LeafPlan(path, Finish.DELIVER, (Slot(number, path, whole, shape, dtype),),
                         target=target)
-    return _plan_sharded(number, path, shape, dtype, target_sharding(where, path, target),
-                         sharing)
+    return _plan_sharded(number, path, shape, dtype, target_sharding(where, path, target))
 
 
 def _plan_sharded(number: int, path: str, shape: tuple, dtype: np.dtype,
-                  sharding: jax.sharding.Sharding, sharing: broadcast_load.Plan | None,
-                  key_impl: str | None = None) -> LeafPlan:
+                  sharding: jax.sharding.Sharding, key_impl: str | None = None) -> LeafPlan:
     """A jax.Array of ``shape`` with ``sharding``; with ``key_impl``, typed
-    keys whose stored data has the implementation's key shape appended.
-    With ``sharing``, its boxes join that load-and-broadcast plan."""
+    keys whose stored data has the implementation's key shape appended."""
     key_shape = prng_keys.key_shape(key_impl) if key_impl else ()
     key_origin = (0,) * len(key_shape)
-    slots = [Slot(number, path, origin + key_origin, extent + key_shape, dtype, devices)
-             for (origin, extent), devices in
-             shardings.addressable_boxes(sharding, shape).items()]
-    if sharing is not None:
-        sharing.add_leaf(number, path, sharding, shape, key_shape, dtype, slots)
-    return LeafPlan(path, Finish.SHARDED, slots, shape=shape, sharding=sharding,
-                    key_impl=key_impl)
+    slots = tuple(Slot(number, path, origin + key_origin, extent + key_shape, dtype,
+                       tuple(devices))
+                  for (origin, extent), devices in
+                  shardings.addressable_boxes(sharding, shape).items())
+    return LeafPlan(path, Finish.SHARDED, slots, number=number, dtype=dtype, shape=shape,
+                    sharding=sharding, key_impl=key_impl)
 
 
 def _check_target_shape(where: str, path: str, saved_shape: tuple, target: Any) -> None:

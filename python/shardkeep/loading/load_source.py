@@ -62,14 +62,17 @@ class Source:
     ranges a read of each request (buffer None) would fetch, as
     ``Span``s: load-and-broadcast cuts a shared box
     only where no stored range falls in two pieces. ``map_boxes`` may give
-    slots buffers mapped from files instead of read (the default maps
-    nothing).
+    slots buffers mapped from files instead of read, set in the executor's
+    ``buffers`` (the default maps nothing). ``reads_whole_leaves``: any
+    read of a box of a leaf reads the whole leaf, so a caller that wants
+    several boxes of a leaf one at a time (conversion) asks for the leaf.
     """
 
     where: str
     # The shardkeep checkpoint the loaded arrays stay known to be stored in
     # (``shardkeep.base.unchanged``); None for other formats.
     origin: unchanged.Origin | None = None
+    reads_whole_leaves: bool = False
 
     def meta(self) -> dict:
         raise NotImplementedError
@@ -80,7 +83,7 @@ class Source:
     def ranges(self, requests: list[_core.ReadRequest]) -> list[list[Span]]:
         raise NotImplementedError
 
-    def map_boxes(self, slots: list) -> Verify:
+    def map_boxes(self, slots: list, buffers: dict) -> Verify:
         return NOTHING_MAPPED
 
 
@@ -112,9 +115,9 @@ class CoreSource(Source):
         return [[Span(r.file, r.offset, r.offset + r.length) for r in one]
                 for one in self._reader.ranges(self._name, requests, self._options)]
 
-    def map_boxes(self, slots: list) -> Verify:
+    def map_boxes(self, slots: list, buffers: dict) -> Verify:
         if not self._map_files or not slots:
             return NOTHING_MAPPED
         mapper = file_mapping.FileMapper()
-        mapper.map_boxes(self._reader, self._name, slots, self._options)
+        mapper.map_boxes(self._reader, self._name, slots, buffers, self._options)
         return mapper

@@ -15,6 +15,8 @@ same host buffer to every holder).
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import jax
 import numpy as np
 
@@ -22,32 +24,34 @@ from ..base import host_memory, prng_keys, shardings
 from .load_plan import LeafPlan, Slot
 
 
-def place(leaf: LeafPlan, arena: host_memory.Arena) -> jax.Array:
-    """The jax.Array of a SHARDED leaf whose slots' buffers are filled."""
+def place(leaf: LeafPlan, buffers: Mapping[Slot, np.ndarray],
+          arena: host_memory.Arena) -> jax.Array:
+    """The jax.Array of a SHARDED leaf whose slots' ``buffers`` are filled."""
     sharding, shape = leaf.sharding, leaf.shape
     assert sharding is not None  # planned with one
     if leaf.key_impl:
-        return _place_keys(leaf)
+        return _place_keys(leaf, buffers)
     if not leaf.slots:  # none of its devices is this process's
         return jax.make_array_from_single_device_arrays(shape, sharding, [])
     first = leaf.slots[0]
     if len(leaf.slots) == 1 and len(first.holders()) > 1 and sharding.is_fully_replicated:
         # make_array_from_callback would give every device the same buffer.
         if sharding.is_fully_addressable:  # device_put copies to the others
-            return jax.device_put(_on_one_device(first.buffer, first.holders()[0]), sharding)
-        return jax.make_array_from_single_device_arrays(shape, sharding, _per_device(first))
+            return jax.device_put(_on_one_device(buffers[first], first.holders()[0]), sharding)
+        return jax.make_array_from_single_device_arrays(shape, sharding,
+                                                        _per_device(first, buffers[first]))
     if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        return _on_one_device(first.buffer, first.holders()[0])
-    buffers: dict = {}
+        return _on_one_device(buffers[first], first.holders()[0])
+    by_box: dict = {}
     for slot in leaf.slots:
-        copies = [slot.buffer]
+        copies = [buffers[slot]]
         for _ in slot.holders()[1:]:
             copy = arena.empty(slot.shape, slot.dtype)
-            np.copyto(copy, slot.buffer)
+            np.copyto(copy, buffers[slot])
             copies.append(copy)
-        buffers[(slot.origin, slot.shape)] = copies
+        by_box[(slot.origin, slot.shape)] = copies
     return jax.make_array_from_callback(
-        shape, sharding, lambda index: buffers[shardings.box_of_index(index, shape)].pop(),
+        shape, sharding, lambda index: by_box[shardings.box_of_index(index, shape)].pop(),
         dtype=first.dtype)
 
 
@@ -56,20 +60,20 @@ def _on_one_device(buffer: np.ndarray, device) -> jax.Array:
                                         lambda _: buffer, dtype=buffer.dtype)
 
 
-def _per_device(slot: Slot) -> list[jax.Array]:
-    """The box's array on each of its devices: the first adopts the buffer,
-    the others are copies of the first."""
-    first = _on_one_device(slot.buffer, slot.holders()[0])
+def _per_device(slot: Slot, buffer: np.ndarray) -> list[jax.Array]:
+    """The box's array on each of its devices: the first adopts its
+    ``buffer``, the others are copies of the first."""
+    first = _on_one_device(buffer, slot.holders()[0])
     return [first] + [jax.device_put(first, device) for device in slot.holders()[1:]]
 
 
-def _place_keys(leaf: LeafPlan) -> jax.Array:
+def _place_keys(leaf: LeafPlan, buffers: Mapping[Slot, np.ndarray]) -> jax.Array:
     """Typed keys, assembled from their per-device key data in the
     sharding's device order (unlike plain arrays); rare enough to place
     box by box."""
     sharding, shape = leaf.sharding, leaf.shape
     assert sharding is not None and leaf.key_impl is not None
-    arrays = [array for slot in leaf.slots for array in _per_device(slot)]
+    arrays = [array for slot in leaf.slots for array in _per_device(slot, buffers[slot])]
     order = {d: i for i, d in enumerate(sharding.addressable_devices_indices_map(shape))}
     arrays.sort(key=lambda a: order[next(iter(a.devices()))])
     keys = [prng_keys.wrap(a, leaf.key_impl) for a in arrays]

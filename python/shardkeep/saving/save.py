@@ -12,17 +12,16 @@ import json
 import os
 from typing import Any, Callable, Mapping
 
-import numpy as np
-
 from .. import _core
 from . import background_saves
-from ..base import checkpointables, events, host_memory, unchanged
+from ..base import checkpointables, events, unchanged
 from ..job import distributed
 from ..base import named_parts
 from . import staging
 from .. import options as options_lib
-from . import staging_pool
-from ..errors import InvalidArgumentError, NotFoundError, TimeoutError
+from . import save_base, staging_pool
+from .streamed_copies import StreamedCopies
+from ..errors import InvalidArgumentError, TimeoutError
 from ..base.gc_pause import gc_paused
 
 # Runs at a save's end on the save queue's thread, whatever the outcome:
@@ -243,35 +242,11 @@ def _stage_save(path: str, items, options, custom_metadata, metrics, force, step
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
-    staged, lease = stage_parts(items, options, _base_of(base, options), own_copies=own_copies)
+    staged, lease = stage_parts(items, options, save_base.base_of(base, options), own_copies=own_copies)
     start = _starter(path, staged.parts, step=step, custom_metadata_json=custom_metadata_json,
                      metrics_json=metrics_json, force=force, options=options,
                      coordinator=coordinator)
     return path, options, start, lease, staged.arrays
-
-
-def _base_of(base, options: options_lib.Options) -> staging.Base | None:
-    """The committed checkpoint ``base`` (a path, or None) as a save takes
-    its unchanged arrays from it.
-
-    A base that an earlier save of this process is still writing is no
-    base yet: nothing is known to be in it before that save commits, so
-    the save writes everything (rather than waiting, or failing a loop of
-    async saves that each name the one before).
-    """
-    if base is None:
-        return None
-    base = os.fspath(base)
-    try:
-        reader = _core.Reader(base, options.to_core())
-    except NotFoundError as e:
-        key = unchanged.checkpoint_key(base)
-        if any(unchanged.checkpoint_key(p) == key for p in background_saves.paths_being_written()):
-            return None
-        raise NotFoundError(f"the base checkpoint {base!r} of this save is not a committed"
-                            f" checkpoint: {e}") from e
-    return staging.Base(base, reader.commit.created_ns,
-                        compare_contents=options.compare_with_base)
 
 
 def _remember(path: str, arrays: dict[str, list], save: _core.QueuedSave) -> None:
@@ -293,7 +268,7 @@ class Staged:
 
 
 def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
-                base: staging.Base | None = None, *, own_copies: bool
+                base: save_base.Base | None = None, *, own_copies: bool
                 ) -> tuple[Staged, staging_pool.Lease | None]:
     """The ``_core.start_save`` parts of ``items``: this process's shards
     (the boxes it writes in a save of the whole job), staged; the arrays
@@ -315,7 +290,7 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
         parts = _planned_parts(items, options)
         copies = None
         if own_copies:
-            copies = _StreamedCopies(staging_pool.lease(
+            copies = StreamedCopies(staging_pool.lease(
                 _staging_bytes(parts), reuse=options.reuse_staging_memory))
         try:
             for name, part, planned in parts:
@@ -368,42 +343,6 @@ def _staging_bytes(parts: list[tuple]) -> int:
                                      for n in staging.aliased_sizes(planned))
 
 
-class _StreamedCopies:
-    """Copies aliased shards into one leased staging buffer on native
-    threads (``_core.BackgroundCopy``, which never takes the GIL) while the
-    training thread stages the next shards; ``finish`` waits and points
-    each shard at its copy.
-
-    Shards and copies are kept in two lists, not as pairs: thousands of
-    new tuples would leave the collector's count high (freed tuples go to
-    a free list without counting down) and set off a collection as the
-    caller's pause ends."""
-
-    def __init__(self, lease: staging_pool.Lease):
-        self.lease = lease
-        self._copier = _core.BackgroundCopy(host_memory.copy_thread_count())
-        self._shards: list[_core.Shard] = []
-        self._copies: list[np.ndarray] = []  # kept alive until finish
-
-    def add(self, shard: _core.Shard) -> None:
-        source = _host_array(shard)  # the shard keeps it alive until finish
-        copy = self.lease.carve(source.nbytes)
-        self._shards.append(shard)
-        self._copies.append(copy)
-        self._copier.add(source, copy)
-
-    def finish(self) -> None:
-        self._copier.finish()
-        for shard, copy in zip(self._shards, self._copies):
-            shard.data = copy
-
-    def abandon(self) -> None:
-        """After a failure: waits for the copies under way (they read the
-        caller's arrays and write the buffer), then gives the buffer back."""
-        self._copier.finish()
-        self.lease.give_back()
-
-
 def start_single_process_async(path, parts: list[_core.SavePart], *, options: options_lib.Options,
                                step: int | None = None,
                                custom_metadata: Mapping | None = None, force: bool = False,
@@ -449,14 +388,6 @@ def _starter(path: str, parts: list[_core.SavePart], *, step: int | None,
             coordinator=coordinator, operation_id=operation_id)
 
     return start
-
-
-def _host_array(shard: _core.Shard) -> np.ndarray:
-    """An aliased shard's data, which staging makes a host array, never a
-    fill function (``staging.StagedTree``)."""
-    if not isinstance(shard.data, np.ndarray):
-        raise TypeError(f"an aliased shard holds a {type(shard.data).__name__}, not an array")
-    return shard.data
 
 
 def _json_object(what: str, value: Mapping | None) -> str:

@@ -12,6 +12,8 @@ when every leaf has the type, shape, dtype and sharding it had (and each
 bool, int, float and str leaf the same value: those values are in
 meta.json). One exception: a dict's key order is recorded as of the save
 that made the plan (a treedef does not tell insertion orders apart).
+What a plan knows of each leaf (its meta.json entry, its boxes and their
+getters) is ``leaf_sources``'.
 """
 
 from __future__ import annotations
@@ -25,12 +27,10 @@ import jax
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, prng_keys, shardings, tree_codec, unchanged
+from ..base import dtypes, shardings, tree_codec, unchanged
 from ..base.array_source import ArraySource
-from ..base.checkpointables import JsonValue
-from ..errors import InvalidArgumentError, ShardkeepError
-
-_INT64 = np.iinfo(np.int64)
+from ..errors import ShardkeepError
+from . import leaf_sources, save_base
 
 # Plans of recently saved trees; a few, for jobs that save several trees.
 _MAX_PLANS = 8
@@ -62,20 +62,8 @@ class StagedTree:
     arrays: list[tuple[str, jax.Array]]
 
 
-@dataclasses.dataclass(frozen=True)
-class Base:
-    """The committed checkpoint a save takes its unchanged arrays from
-    (``shardkeep.base.unchanged``), as its commit record names it."""
-
-    checkpoint: str
-    created_ns: int
-    # Compare the other arrays with the base's leaves of the same key path
-    # (``Options.compare_with_base``).
-    compare_contents: bool = False
-
-
 def stage_pytree(tree: Any, *, replica_parallel: bool,
-                 registered_kind: str | None = None, base: Base | None = None,
+                 registered_kind: str | None = None, base: save_base.Base | None = None,
                  checkpointable: str = "state", planned: "Planned | None" = None,
                  on_aliased: Callable[[_core.Shard], None] | None = None) -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
@@ -98,7 +86,7 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     """
     plan, values = planned if planned is not None else plan_pytree(tree, replica_parallel)
     for number in plan.array_leaves:
-        _check_not_deleted(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
+        leaf_sources.check_not_deleted(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
     arrays = [(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
               for number in plan.remembered_arrays]
     stored: dict[int, _core.StoredIn] = {}  # value index -> where base holds it
@@ -140,7 +128,8 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
             shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
                                       functools.partial(_fill_from, path, src)))
             continue
-        shard = _core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape, _host_bytes(src))
+        shard = _core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
+                            leaf_sources.host_bytes(src))
         if s.value_index in compared:
             shard.compare_with = compared[s.value_index]
         shards.append(shard)
@@ -206,7 +195,7 @@ class _Source:
     dtype_name: str
     origin: list[int]
     shape: list[int]
-    get: Callable          # leaf value -> jax.Array, numpy array or _HostSlice
+    get: Callable          # leaf value -> what ``leaf_sources.host_bytes`` takes
     on_host: bool          # the data is in host memory the caller owns
 
 
@@ -244,7 +233,7 @@ class _Plan:
                 type(a) is not type(b) or a != b for (_, a), (_, b) in zip(now, self._values)):
             for i, value in now:
                 meta = self.leaf_metas[self.codec_number[i]]
-                self.leaf_metas[self.codec_number[i]] = {**meta, **_value_spec(meta["path"], value)}
+                self.leaf_metas[self.codec_number[i]] = {**meta, **leaf_sources.value_spec(meta["path"], value)}
             self._values = now
             self._registered_kind = registered_kind
             meta = {"kind": "pytree", "tree": self.structure, "leaves": self.leaf_metas}
@@ -286,7 +275,7 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     scalar_values: list[tuple[int, Any]] = []
     for index, value in enumerate(values):
         number = codec_number[index]
-        meta, sources = _plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
+        meta, sources = leaf_sources.plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
         leaf_metas[number] = meta
         # A source is read by the writer threads, never staged or copied.
         on_host = isinstance(value, ArraySource) or not isinstance(value, jax.Array) or \
@@ -325,214 +314,3 @@ def _codec_numbers(tree: Any, values: list, leaves: list[tree_codec.Leaf]) -> li
     number_by_path = {leaf.path: n for n, leaf in enumerate(leaves)}
     with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
     return [number_by_path.get(tree_codec.path_str(p), -1) for p, _ in with_paths]
-
-
-def _plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list]:
-    """The leaf's meta.json entry and the (box, source getter) pairs this
-    process writes; a getter takes a leaf value of the same signature."""
-    value, path = leaf.value, leaf.path
-    base = {"path": path, "sharding": None}
-    if value is None:
-        return {**base, "kind": "none", "dtype": None, "shape": None}, []
-    if isinstance(value, str):
-        return {**base, "kind": "string", "dtype": None, "shape": None, "value": value}, []
-    if isinstance(value, (bool, int, float)):
-        return {**base, "kind": "scalar", **_scalar_spec(path, value), "shape": []}, []
-    if isinstance(value, jax.Array):
-        if prng_keys.is_key(value.dtype):
-            return _plan_key_array(path, value, replica_parallel)
-        return _plan_jax_array(path, value, replica_parallel)
-    if isinstance(value, ArraySource):
-        _check_dtype(path, value.dtype)
-        meta = {**base, "kind": "array", "dtype": dtypes.name_of(value.dtype),
-                "shape": list(value.shape)}
-        whole = ((0,) * len(value.shape), value.shape)
-        return meta, [(whole, _itself)] if jax.process_index() == 0 else []
-    if isinstance(value, (np.ndarray, np.generic)):
-        arr = np.asarray(value)
-        _check_dtype(path, arr.dtype)
-        meta = {**base, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
-                "shape": list(arr.shape)}
-        # Host data is the same on every process; only the primary writes it.
-        sources = [(((0,) * arr.ndim, arr.shape), np.asarray)] if jax.process_index() == 0 else []
-        return meta, sources
-    if isinstance(value, (JsonValue, bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(
-            f"leaf {path!r} is a {type(value).__name__}, which is saved as a checkpointable of"
-            " its own, never inside a tree: pass the parts as sk.Checkpointables(...) (a plain"
-            " dict is one tree, the checkpointable 'state')")
-    raise InvalidArgumentError(
-        f"leaf {path!r} has unsupported type {type(value).__module__}.{type(value).__qualname__};"
-        " supported leaves are jax.Array (typed PRNG keys included), numpy arrays and scalars,"
-        " bool, int, float, str and None. Save only the array part of the tree, e.g. for an"
-        " Equinox module `params, static = eqx.partition(model, eqx.is_array)` and save"
-        " `params`, or replace the leaf with None")
-
-
-def _value_spec(path: str, value) -> dict:
-    """The dtype and value fields of a bool, int, float or str leaf."""
-    return {"value": value} if isinstance(value, str) else _scalar_spec(path, value)
-
-
-def _scalar_spec(path: str, value) -> dict:
-    if isinstance(value, bool):
-        return {"dtype": "bool", "value": value}
-    if isinstance(value, int):
-        if not _INT64.min <= value <= _INT64.max:
-            raise InvalidArgumentError(f"int leaf {path!r} = {value} does not fit in int64")
-        return {"dtype": "int64", "value": value}
-    if math.isnan(value):
-        encoded = "nan"
-    elif math.isinf(value):
-        encoded = "inf" if value > 0 else "-inf"
-    else:
-        encoded = value
-    return {"dtype": "float64", "value": encoded}
-
-
-def _plan_key_array(path: str, keys: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
-    """Typed PRNG keys are saved as their key data plus the implementation's
-    name; the sharding described is the key array's own, which a load
-    without a target gives back."""
-    _check_not_deleted(path, keys)
-    meta, sources = _plan_jax_array(path, prng_keys.data_of(keys), replica_parallel)
-    if meta["sharding"] is not None:
-        meta["sharding"] = shardings.describe(keys.sharding)
-    meta["prng_impl"] = prng_keys.impl_name(keys.dtype)
-    return meta, [(box, functools.partial(_of_key_data, get)) for box, get in sources]
-
-
-def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
-    _check_not_deleted(path, arr)
-    _check_dtype(path, arr.dtype)
-    sharding = arr.sharding
-    meta = {"path": path, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
-            "shape": list(arr.shape), "sharding": shardings.describe(sharding)}
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding) and jax.process_count() == 1:
-        # The common case of many small leaves: one shard, the whole array.
-        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), _itself)]
-    if jax.process_count() > 1 and arr.is_fully_addressable:
-        # A process-local array (e.g. jnp.asarray(step) in each process) is
-        # not part of a global array: every process has its own copy, like
-        # a numpy leaf, so only the primary writes it, whole.
-        meta["sharding"] = None
-        if jax.process_index() != 0:
-            return meta, []
-        return meta, [(((0,) * arr.ndim, tuple(arr.shape)), _itself)]
-    return meta, _shard_sources(arr, replica_parallel)
-
-
-def _shard_sources(arr: jax.Array, replica_parallel: bool) -> list:
-    """The boxes this process writes of ``arr`` and their getters.
-
-    They depend only on the sharding and the shape (a shard's position in
-    ``addressable_shards`` is fixed by the sharding), so they are computed
-    once per pair: building ``addressable_shards`` and their indices costs
-    JAX time per shard, which a tree's first save would otherwise pay for
-    every leaf, where a model has few distinct (sharding, shape) pairs
-    (docs/DESIGN_NOTES.md, "The plan of a tree saved again", has the figure).
-    """
-    key = (arr.sharding, arr.shape, replica_parallel)
-    try:
-        found = _sources_by_layout.get(key)
-    except TypeError:  # an unhashable sharding
-        return _compute_shard_sources(arr, replica_parallel)
-    if found is None:
-        found = _compute_shard_sources(arr, replica_parallel)
-        if len(_sources_by_layout) >= _MAX_LAYOUTS:
-            del _sources_by_layout[next(iter(_sources_by_layout))]
-        _sources_by_layout[key] = found
-    return found
-
-
-_MAX_LAYOUTS = 1024
-_sources_by_layout: dict[tuple, list] = {}
-
-
-def _compute_shard_sources(arr: jax.Array, replica_parallel: bool) -> list:
-    if not replica_parallel or jax.process_count() == 1:
-        # replica_id 0 of each box is written exactly once over all processes.
-        # (Replica-parallel splits a box among processes; with one process
-        # the plan would be the same, at a higher planning cost.)
-        return [(shardings.box_of_index(s.index, arr.shape), functools.partial(_shard_data, k))
-                for k, s in enumerate(arr.addressable_shards) if s.replica_id == 0]
-    shards = {s.device: (k, s) for k, s in enumerate(arr.addressable_shards)}
-    sources = []
-    for device, box in shardings.replica_parallel_boxes(arr.sharding, arr.shape).items():
-        k, shard = shards[device]
-        shard_origin, shard_extent = shardings.box_of_index(shard.index, arr.shape)
-        if box[1] == shard_extent:
-            sources.append((box, functools.partial(_shard_data, k)))
-            continue
-        local = tuple(slice(o - so, o - so + n)
-                      for o, so, n in zip(box[0], shard_origin, box[1]))
-        sources.append((box, functools.partial(_shard_slice, k, local)))
-    return sources
-
-
-# Source getters: a leaf value -> what to stage. A plan's getters apply to
-# any later value of the same signature (type, shape, dtype, sharding), so
-# shards are found by their position in ``addressable_shards``, whose order
-# the sharding fixes.
-
-def _itself(arr):
-    return arr
-
-
-def _shard_data(k: int, arr: jax.Array) -> jax.Array:
-    # addressable_data(k) is addressable_shards[k].data without building
-    # every Shard object of the array.
-    return arr.addressable_data(k)
-
-
-def _shard_slice(k: int, index: tuple[slice, ...], arr: jax.Array):
-    return _slice_of(arr.addressable_data(k), index)
-
-
-def _of_key_data(get: Callable, keys: jax.Array):
-    return get(prng_keys.data_of(keys))
-
-
-class _HostSlice:
-    """Part of a CPU-resident shard, sliced on the host when staged (no copy
-    where the slice is contiguous and the save is synchronous)."""
-
-    def __init__(self, data: jax.Array, index: tuple[slice, ...]):
-        self.data = data
-        self.index = index
-
-    def to_numpy(self) -> np.ndarray:
-        return np.asarray(self.data)[self.index]
-
-
-def _slice_of(data: jax.Array, index: tuple[slice, ...]):
-    """The part ``index`` of a single-device shard, as a staging source.
-
-    On accelerators the slice is taken on the device so that only its
-    bytes cross to the host; on the CPU backend the host view is sliced.
-    """
-    if all(d.platform == "cpu" for d in data.devices()):
-        return _HostSlice(data, index)
-    return data[index]
-
-
-def _check_not_deleted(path: str, arr: jax.Array) -> None:
-    if arr.is_deleted():
-        raise InvalidArgumentError(f"leaf {path!r} is a deleted (donated?) jax.Array")
-
-
-def _check_dtype(path: str, dtype) -> None:
-    if not dtypes.is_supported(dtype):
-        raise InvalidArgumentError(
-            f"leaf {path!r} has unsupported dtype {dtype}; supported are bool, integer, float"
-            " and complex types, the ml_dtypes types (bfloat16, float8, int4…) and typed PRNG"
-            " keys")
-
-
-def _host_bytes(src) -> np.ndarray:
-    """The bytes of ``src`` in host memory, C-contiguous and little-endian,
-    as a flat uint8 array (a view where they already are)."""
-    raw = src.to_numpy() if isinstance(src, _HostSlice) else np.asarray(src)
-    if not raw.flags.c_contiguous or raw.dtype.byteorder == ">":
-        raw = np.ascontiguousarray(dtypes.little_endian(raw))
-    return dtypes.as_bytes(raw)

@@ -31,7 +31,7 @@ import threading
 
 import numpy as np
 
-from ..base import host_memory
+from ..base import host_copy, host_memory
 
 _lock = threading.Lock()
 _kept: np.ndarray | None = None
@@ -100,7 +100,7 @@ def _prepare(nbytes: int, generation: int) -> None:
     buffer: np.ndarray | None
     try:
         buffer = host_memory.empty((nbytes,), np.uint8)
-        host_memory.touch(buffer)
+        host_copy.touch(buffer)
     except (MemoryError, OSError):  # the save allocates (and reports) it itself
         buffer = None
     with _lock:
