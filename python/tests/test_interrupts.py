@@ -26,6 +26,17 @@ _TESTS_DIR = os.path.dirname(__file__)
 _LIMIT_S = 60.0  # a bound on a stuck test only
 
 
+@pytest.fixture(autouse=True)
+def _sigint_is_keyboard_interrupt():
+    """Each test sends itself SIGINT, which Python turns into
+    KeyboardInterrupt only where its own handler is installed: a runner
+    started as a shell's background job inherits SIGINT ignored, and
+    Python then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt_once_waiting(done: threading.Event, waiting_in) -> None:
     """Sends SIGINT once the main thread waits in ``waiting_in`` (its
     innermost Python frame), so that the interrupt meets the wait itself,
@@ -115,6 +126,7 @@ def test_ctrl_c_in_a_barrier_of_the_blocking_phase_is_a_keyboard_interrupt(ckpt,
 
 _JAX_WAIT = textwrap.dedent("""
     import signal, sys, threading, os, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as the fixture above
     import jax
     jax.distributed.initialize(f"localhost:{sys.argv[1]}", num_processes=1, process_id=0)
     from shardkeep.job import distributed

@@ -1,0 +1,60 @@
+"""The blocking part of the first ``save_async`` in a fresh process, then
+of a second one, in wall time and in the process's CPU time.
+
+The suite's W1 ``async_save`` is this first save, one per repetition; its
+spread from one fresh process to the next is wider than most changes being
+judged. To compare two builds, run many processes of each alternately:
+the baseline build (``bench/.work/baseline-<commit>``, see baseline.py)
+comes first on PYTHONPATH, e.g.
+
+    for i in $(seq 14); do
+      PYTHONPATH=bench/.work/baseline-54b5536 python bench/first_async_save.py --root DIR
+      python bench/first_async_save.py --root DIR
+    done
+
+Prints one JSON line per process, naming the shardkeep it imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import workloads  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--saves", type=int, default=2)
+    args = parser.parse_args(argv)
+    import jax
+    import shardkeep as sk
+
+    state = jax.block_until_ready(workloads.jax_state("W1", args.scale))
+    root = os.path.join(os.path.abspath(args.root), "first-async-save")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    result: dict = {"shardkeep": os.path.dirname(sk.__file__), "scale": args.scale, "saves": []}
+    for i in range(args.saves):
+        wall, cpu = time.perf_counter(), time.process_time()
+        future = sk.save_async(os.path.join(root, str(i)), state)
+        blocking, blocking_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        future.result()
+        result["saves"].append({"blocking_s": blocking, "blocking_cpu_s": blocking_cpu,
+                                "total_s": time.perf_counter() - wall})
+    shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
