@@ -45,8 +45,7 @@ _PROBE_BUCKET = "sk-ready-probe"
 # The ports `weed mini` listens on, by flag; each gets a free port.
 _PORT_FLAGS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-    "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg",
-    "s3.port.lance", "s3.metricsPort", "admin.port", "admin.port.grpc", "webdav.port",
+    "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.metricsPort", "admin.port", "admin.port.grpc", "webdav.port",
     "debug.port",
 )
 
@@ -125,11 +124,17 @@ class SeaweedServer:
         }]}))
         self.log_path = self.workdir / "weed.log"
         self.process: subprocess.Popen | None = None
-        self._has_served = False  # once it has, the ports are kept across restarts
+        self._has_served = False  # once it has, its S3 port is kept across restarts
+        self.ports: dict[str, int] = {}
         self._choose_ports()
 
     def _choose_ports(self) -> None:
-        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+        """New free ports for every flag, but a server that has served keeps
+        its S3 port: its clients hold the endpoint URL. Its other ports may
+        change; the data lives under the data directory, not at an address."""
+        kept = {"s3.port": self.ports["s3.port"]} if self._has_served else {}
+        flags = [flag for flag in _PORT_FLAGS if flag not in kept]
+        self.ports = {**dict(zip(flags, _free_ports(len(flags)))), **kept}
 
     @property
     def endpoint_url(self) -> str:
@@ -154,6 +159,9 @@ class SeaweedServer:
                 f"-s3.config={self.config_path}",
                 # A PUT into a missing bucket must fail, not create it.
                 "-s3.autoCreateBucket=false",
+                # The Iceberg and Lance catalogs are not used; their ports
+                # were two more to collide on.
+                "-s3.port.iceberg=0", "-s3.port.lance=0",
                 f"-filer.localSocket={self.workdir / 'filer.sock'}",
                 f"-s3.localSocket={self.workdir / 's3.sock'}"]
         args += [f"-{flag}={port}" for flag, port in self.ports.items()]
@@ -164,7 +172,8 @@ class SeaweedServer:
 
     def start(self) -> None:
         """Starts the server and waits until it serves signed requests. A
-        first start that fails at once is tried again on new ports."""
+        start that fails at once is tried again on new ports: while a server
+        is stopped, any other program may take its ports."""
         if self.process is not None:
             raise RuntimeError(f"SeaweedFS at {self.endpoint_url} is already running")
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -173,7 +182,7 @@ class SeaweedServer:
                 self._has_served = True
                 return
             except _ExitedWhileStarting:
-                if self._has_served or attempt == START_ATTEMPTS:
+                if attempt == START_ATTEMPTS:
                     raise
                 self._choose_ports()
 

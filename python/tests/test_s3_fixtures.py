@@ -109,6 +109,26 @@ def test_server_restarts_with_its_data(s3, s3_server):
     assert s3.get("kept") == b"1"
 
 
+def test_server_restarts_when_another_program_took_one_of_its_ports(s3, s3_server):
+    """CI once failed here: while the server was stopped, another program
+    bound one of its ports, and the restart exited."""
+    import socket
+
+    s3.client.put_object(Bucket=s3.name, Key="kept", Body=b"1")
+    endpoint = s3_server.endpoint_url
+    s3_server.stop()
+    taken = s3_server.ports["filer.port"]
+    with socket.socket() as squatter:
+        # The port may be in TIME_WAIT; listening still keeps weed off it.
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        s3_server.start()
+    assert s3_server.endpoint_url == endpoint
+    assert s3_server.ports["filer.port"] != taken
+    assert s3.get("kept") == b"1"
+
+
 def test_proxy_lets_the_first_requests_through_and_holds_others(s3, s3_proxy):
     import threading
 
