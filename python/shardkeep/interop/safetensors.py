@@ -13,7 +13,7 @@ only maps key paths to tensor names; the core reader is its source
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import jax
 import numpy as np
@@ -113,10 +113,11 @@ def _nested_dicts(path: str, names: list[str]) -> dict:
     """The tree of nested dicts holding tensor i at its name's ``"."`` parts
     (dict keys all: "0" stays a string)."""
     try:
-        return _core.tree_of_keys(path, [([(part, False) for part in name.split(".")],
+        tree = _core.tree_of_keys(path, [([(part, False) for part in name.split(".")],
                                           _core.KeyedValue.LEAF) for name in names])
     except CorruptionError as e:  # the names, not the files, do not nest
         raise InvalidArgumentError(f"{e}; pass a target to name the tensors' places") from None
+    return cast(dict, tree)  # every key is a name: the root is a dict
 
 
 def safetensors_sources(path, *, options: options_lib.Options | None = None) -> Any:

@@ -13,7 +13,10 @@ import threading
 from typing import Callable
 
 from ..errors import ShardkeepError
-from ..saving.save import SaveFuture
+from ..saving.save_future import SaveFuture
+
+# A failed save as kept: what failed, the queue's message, its future's getter.
+_FailedSave = tuple[str, str, Callable[[], "SaveFuture | None"]]
 
 logger = logging.getLogger("shardkeep")
 
@@ -23,22 +26,22 @@ class BackgroundErrors:
 
     def __init__(self):
         self._lock = threading.Lock()
-        # An error, or a failed save's (what, its future's getter): see failed_save.
-        self._errors: list[BaseException | tuple[str, Callable[[], SaveFuture]]] = []
+        self._errors: list[BaseException | _FailedSave] = []
 
     def record(self, what: str, error: BaseException) -> None:
         logger.error("%s: %s", what, error)
         with self._lock:
             self._errors.append(described(error, f"{what}: {error}"))
 
-    def failed_save(self, what: str, message: str, future: Callable[[], SaveFuture]) -> None:
+    def failed_save(self, what: str, message: str,
+                    future: Callable[[], SaveFuture | None]) -> None:
         """Keeps a failed save's error, which the queue tells its end as a
         message alone: ``future()`` (its SaveFuture, set once the save's
         start has returned to the manager) raises it with its class when
         the error is raised."""
         logger.error("%s: %s", what, message)
         with self._lock:
-            self._errors.append((what, future))
+            self._errors.append((what, message, future))
 
     def raise_first(self) -> None:
         """Raises the first error kept (naming how many more), and forgets them all."""
@@ -53,12 +56,15 @@ class BackgroundErrors:
         raise errors[0]
 
 
-def _typed(error: BaseException | tuple[str, Callable[[], SaveFuture]]) -> BaseException:
+def _typed(error: BaseException | _FailedSave) -> BaseException:
     if isinstance(error, BaseException):
         return error
-    what, future = error
+    what, message, get_future = error
+    future = get_future()
+    if future is None:  # it failed before its start returned: its class is unknown
+        return ShardkeepError(f"{what}: {message}")
     try:
-        future().result()  # ended: raises at once
+        future.result()  # ended: raises at once
     except Exception as e:  # noqa: BLE001 - the save's error, of its own class
         return described(e, f"{what}: {e}")
     return ShardkeepError(f"{what}, yet its future reports a commit")

@@ -30,7 +30,7 @@ import jax
 from .. import _core
 from ..job import distributed
 from .. import options as options_lib
-from . import (commits, local_tier, policy_arguments, policy_info, preservation,
+from . import (commits, local_restore, local_tier, policy_arguments, policy_info, preservation,
                save_decisions, step_agreement, step_listing, step_record)
 from ..base import named_parts
 from ..saving import staging_pool
@@ -40,7 +40,8 @@ from .background_errors import BackgroundErrors
 from .deletions import Deletions
 from .leftovers import join as _join
 from .preemption import PreemptionWatch
-from ..saving.save import prepare_staging, start_save
+from ..saving.save import (prepare_staging, stage_parts, start_save,
+                           start_single_process_async)
 
 logger = logging.getLogger("shardkeep")
 
@@ -55,11 +56,11 @@ class CheckpointManager:
     preemption notice was agreed), or with ``force=True``. Decisions that
     only the primary process can make (time-based ones) land
     ``decision_lead_steps`` steps later on every process
-    (``shardkeep.manager.step_agreement``). ``clock`` (seconds since the
-    epoch) is the primary's clock for them. A ``shardkeep.Checkpointables`` is saved
-    as its named parts (each loadable alone); anything else, a plain dict
-    included, as the one tree "state", as ``shardkeep.save`` does (see
-    ``shardkeep.base.named_parts``). With ``async_save`` the call returns after
+    (``shardkeep.manager.step_agreement``); ``clock`` (seconds since the
+    epoch) is the primary's clock for them. A ``shardkeep.Checkpointables``
+    is saved as its named parts (each loadable alone); anything else, a
+    plain dict included, as the one tree "state", as ``shardkeep.save``
+    does (``shardkeep.base.named_parts``). With ``async_save`` it returns after
     the device-to-host copy and at most one save is in flight.
 
     Retention (``preservation_policy``, see ``shardkeep.preservation``; or
@@ -80,17 +81,16 @@ class CheckpointManager:
     ``jax.Array`` objects saved there, or loaded from there) from that step
     instead of writing them again: the new step links its data files (on
     an object store, the server copies them), and stays whole when that
-    step is deleted (see
-    ``shardkeep.save``'s ``base`` and docs/INCREMENTAL.md). The step being
-    reused is not deleted before the save that reuses it has ended.
+    step is deleted (``shardkeep.save``'s ``base``, docs/INCREMENTAL.md).
+    The step reused is not deleted before the save that reuses it ends.
     ``Options(compare_with_base=True)`` also links arrays rebuilt with
     equal values, found by comparing. The local tier always compares each
     box with its previous local step's (docs/MANAGER.md, "Local save").
 
-    The root is a file-system path (or ``file://``), an ``s3://bucket/prefix``
-    (configured by the environment or ``options.s3``, see
-    ``shardkeep.S3Settings``) or any other URL the core resolves
-    (``memory://`` in tests), shared by all processes of the job.
+    The root, shared by all processes of the job, is a file-system path
+    (or ``file://``), an ``s3://bucket/prefix`` (configured by the
+    environment or ``options.s3``: ``shardkeep.S3Settings``) or any URL
+    the core resolves (``memory://`` in tests).
     Methods are meant to be called from one thread, the training loop; the
     manager has no thread of its own (its saves end on the save queue's).
     """
@@ -233,8 +233,14 @@ class CheckpointManager:
 
     def _save_local(self, local: local_tier.LocalTier, step: int, items: dict) -> None:
         self._in_flight.wait_local()  # at most one local step in flight
+        local.begin(step, items)
+        staged, lease = stage_parts(items, self._options, own_copies=True)
         on_end = local.on_end(self._errors, self._deletions.delete_local)
-        self._in_flight.local += local.save(step, items, on_end)
+        for job in local.slices(step, staged.parts, lease):
+            job.future = start_single_process_async(
+                job.path, job.parts, options=self._options, step=step, force=True,
+                custom_metadata=job.metadata, lease=job.lease, on_finished=on_end(job))
+            self._in_flight.local.append(job)
         if not self._async:
             self._in_flight.wait_local()
 
@@ -318,8 +324,8 @@ class CheckpointManager:
                 persistent is None or decision.step >= persistent):
             if options is None:
                 options = self._options
-            values = local.load(decision, named_parts.to_load(target), partial=partial,
-                                options=options)
+            values = local_restore.load(local, decision, named_parts.to_load(target),
+                                        partial=partial, options=options)
             return decision.step, named_parts.loaded(target, values)
         if decision is not None:
             logger.info("local step %d is older than persistent step %d, which is loaded",
@@ -369,12 +375,11 @@ class CheckpointManager:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
         try:
             self.close()
-        except Exception:  # The exception already propagating is the one to see.
+        except Exception:
+            if exc_type is None:  # else the exception propagating is the one to see
+                raise
             logger.exception("closing the manager of %s while handling another error",
                              self._root)
 
@@ -382,11 +387,8 @@ class CheckpointManager:
 
     def _agreement(self, name: str):
         """How the primary's save decisions of kind ``name`` reach every process."""
-        if jax.process_count() == 1:
-            return step_agreement.Immediate()
-        return step_agreement.StepAgreement(
-            distributed.coordination(), f"{self._job_id}/{name}", lead=self._lead,
-            timeout_s=self._options.timeout_s)
+        return step_agreement.of_job(f"{self._job_id}/{name}", lead=self._lead,
+                                     timeout_s=self._options.timeout_s)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -30,7 +30,7 @@ import logging
 import time
 
 from ..errors import TimeoutError
-from ..saving.save import OnFinished, SaveFuture
+from ..saving.save_future import OnFinished, SaveFuture
 from . import leftovers, preservation
 from .background_errors import BackgroundErrors
 from .deletions import Deletions
@@ -69,10 +69,10 @@ class InFlight:
 
     def saving(self) -> bool:
         """A save of the root has started and its end is not yet recorded."""
-        return self.commit is not None and not self.commit.future.done()
+        return self.commit is not None and not _queued(self.commit.future).done()
 
     def saving_local(self) -> bool:
-        return any(not job.future.done() for job in self.local)
+        return any(not _queued(job.future).done() for job in self.local)
 
     def wait_commit(self) -> None:
         """Waits for the save of the root in flight; raises the errors kept."""
@@ -90,12 +90,18 @@ class InFlight:
             self.local.pop(0)
         self._errors.raise_first()
 
-    def _wait(self, future: SaveFuture, what: str) -> None:
+    def _wait(self, future: SaveFuture | None, what: str) -> None:
         # At most the save's own timeout, which bounds its every wait, and a slack.
         limit = self._timeout_s + _WAIT_SLACK_S
-        if not future.wait_for_end(limit):
+        if not _queued(future).wait_for_end(limit):
             raise TimeoutError(f"{what} was not committed within {limit:.0f} s;"
                                " it continues in the background")
+
+
+def _queued(future: SaveFuture | None) -> SaveFuture:
+    """The future of a save in flight: set before the save is put in flight."""
+    assert future is not None, "a save is in flight before its start returned"
+    return future
 
 
 class Bookkeeping:

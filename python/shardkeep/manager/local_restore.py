@@ -22,7 +22,6 @@ Collective: every process of the job calls ``load`` with the same decision
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -32,11 +31,12 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from .. import _core
-from ..base import checkpointables, dtypes
+from ..base import checkpointables, dtypes, events
 from ..job import exchange
 from ..loading import load_executor, load_plan, load_source
 from ..base import named_parts
 from . import local_slices
+from .local_slices import Decision
 from .. import options as options_lib
 from ..errors import (CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError,
                       ShardkeepError)
@@ -86,32 +86,21 @@ class PieceKey(NamedTuple):
     dtype: str
 
 
-@dataclasses.dataclass
-class Decision:
-    """The step the local tiers can rebuild, and who holds each of its slices."""
-
-    step: int
-    process_count: int                 # P_S: processes that saved the step
-    holders: dict[int, list[int]]      # slice q -> processes holding it
-    paths: dict[int, str]              # slice q -> its checkpoint, for slices held here
-
-    def server(self, q: int) -> int:
-        """The process that sends slice q's description and pieces to the
-        processes without it: process q itself when it still holds its
-        slice (so that no process serves two slices while others serve
-        none), else the lowest holder of the peer copy."""
-        holders = self.holders[q]
-        return q if q in holders else holders[0]
-
-
 def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
          options: options_lib.Options) -> dict[str, Any]:
-    """Loads step ``decision.step`` from the slices (collective).
+    """Loads step ``decision.step`` from the slices (collective), reported as
+    a load of this process's root (``shardkeep.base.events``).
 
     ``tier`` is the manager's ``LocalTier`` (for this process's index, the
     process count, the root and the timeout); ``targets`` maps
     checkpointable names to targets as in ``shardkeep.load_checkpointables``.
     """
+    with events.loading(tier.root):
+        return _load(tier, decision, targets, partial=partial, options=options)
+
+
+def _load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
+          options: options_lib.Options) -> dict[str, Any]:
     started = time.monotonic()
     core_options = options.to_core()
     slices, values = _gather_descriptions(tier, decision, core_options)

@@ -158,3 +158,21 @@ def parts_of(description: Description, buffers: list[np.ndarray], q: int, count:
 
 def json_bytes(value) -> np.ndarray:
     return np.frombuffer(json.dumps(value).encode(), np.uint8)
+
+
+@dataclasses.dataclass
+class Decision:
+    """The step the local tiers can rebuild, and who holds each of its slices."""
+
+    step: int
+    process_count: int                 # P_S: processes that saved the step
+    holders: dict[int, list[int]]      # slice q -> processes holding it
+    paths: dict[int, str]              # slice q -> its checkpoint, for slices held here
+
+    def server(self, q: int) -> int:
+        """The process that sends slice q's description and pieces to the
+        processes without it: process q itself when it still holds its
+        slice (so that no process serves two slices while others serve
+        none), else the lowest holder of the peer copy."""
+        holders = self.holders[q]
+        return q if q in holders else holders[0]

@@ -39,14 +39,13 @@ from typing import Any, Callable, Mapping
 import jax
 
 from .. import _core
-from ..base import events
 from ..job import distributed, exchange
-from . import leftovers, local_restore, local_slices, policy_info, save_decisions
+from . import leftovers, local_slices, policy_info, save_decisions
 from .. import options as options_lib
-from ..saving import save as save_lib
+from ..saving.save_future import OnFinished, SaveFuture
 from ..errors import InvalidArgumentError, ShardkeepError
 from .background_errors import BackgroundErrors
-from .local_restore import Decision
+from .local_slices import Decision
 
 logger = logging.getLogger("shardkeep")
 
@@ -62,7 +61,10 @@ class LocalSave:
     name: str
     path: str
     started: float
-    future: save_lib.SaveFuture | None = None  # set once the save is queued
+    parts: list = dataclasses.field(repr=False)  # of _core.SavePart
+    metadata: dict = dataclasses.field(repr=False)  # the save's custom metadata
+    lease: Any = None    # the staging memory the save gives back (own slice only)
+    future: SaveFuture | None = None  # set once the save is queued
 
 
 def local_root(template, process_index: int) -> str:
@@ -131,74 +133,63 @@ class LocalTier:
         due = self.decider.due(step, previous, context, now)
         return due and (self._last_started is None or step > self._last_started)
 
-    def save(self, step: int, items: Mapping[str, Any],
-             on_end: Callable[[LocalSave], save_lib.OnFinished]) -> list[LocalSave]:
-        """The blocking phase of a local save of ``step``; returns the started
-        saves, each of which runs ``on_end(its LocalSave)`` at its end."""
+    def begin(self, step: int, items: Mapping[str, Any]) -> None:
+        """Before a local save of ``step`` is staged: refuses the tier's
+        reserved name, records the start and drops later steps of an
+        earlier run."""
         if local_slices.SLICE_PART in items:
             raise InvalidArgumentError(
                 f"checkpointable name {local_slices.SLICE_PART!r} is reserved by the local tier")
         self._last_started = step
         self._last_started_time = policy_info.time_of_seconds(self._clock())
-        started = time.monotonic()
         self._drop_from(step)
-        staged, lease = save_lib.stage_parts(items, self._options, own_copies=True)
-        assert lease is not None  # own_copies
-        parts = staged.parts
+
+    def slices(self, step: int, parts: list, lease) -> list[LocalSave]:
+        """The saves of ``step`` this process makes from its staged ``parts``
+        (``lease``: their staging memory): its own slice and, in a job of
+        several processes, the copy of its predecessor's slice, which the
+        processes pass on around a ring (a collective call). The manager
+        starts them; on failure the lease is given back here."""
         try:
             header, buffers = local_slices.describe(parts)
+            saves = [self._slice(step, self.me, header, buffers, lease)]
+            if self.count > 1:
+                saves.append(self._peer_copy(step, header, buffers))
+            return saves
         except BaseException:
             lease.give_back()
             raise
-        saves = []
-        if self.count > 1:
-            pred, succ = (self.me - 1) % self.count, (self.me + 1) % self.count
-            sent = dataclasses.replace(header, process=self.me, step=step)
-            message = [sent.encoded(), *buffers]
-            try:
-                received = exchange.exchange_bytes(
-                    {succ: message}, name=f"local save of {self.job}, step {step}",
-                    timeout_s=self._options.timeout_s)
-            except BaseException:
-                lease.give_back()
-                raise
-            if pred not in received:
-                lease.give_back()
-                raise ShardkeepError(
-                    f"local save of step {step}: process {pred} sent no copy of its slice")
-            try:
-                peer_header = local_slices.Description.decode(
-                    received[pred][0].tobytes(), f"the slice process {pred} sent at step {step}")
-            except BaseException:
-                lease.give_back()
-                raise
-            if peer_header.step != step or peer_header.process != pred:
-                lease.give_back()
-                raise ShardkeepError(
-                    f"local save of step {step}: process {pred} sent step"
-                    f" {peer_header.step} of process {peer_header.process}")
-            saves.append(self._start(step, self.me, header, buffers, lease, on_end))
-            saves.append(self._start(step, pred, peer_header, received[pred][1:], None,
-                                     on_end))
-        else:
-            saves.append(self._start(step, self.me, header, buffers, lease, on_end))
-        logger.info("step %d: local save started (%s), blocking phase %.3f s", step,
-                    self.root, time.monotonic() - started)
-        return saves
 
-    def _start(self, step: int, q: int, header: local_slices.Description, buffers: list,
-               lease, on_end: Callable[[LocalSave], save_lib.OnFinished]) -> LocalSave:
+    def _peer_copy(self, step: int, header: local_slices.Description,
+                   buffers: list) -> LocalSave:
+        """Sends this slice to the successor; the save of the slice the
+        predecessor sent."""
+        pred, succ = (self.me - 1) % self.count, (self.me + 1) % self.count
+        sent = dataclasses.replace(header, process=self.me, step=step)
+        received = exchange.exchange_bytes(
+            {succ: [sent.encoded(), *buffers]}, name=f"local save of {self.job}, step {step}",
+            timeout_s=self._options.timeout_s)
+        if pred not in received:
+            raise ShardkeepError(
+                f"local save of step {step}: process {pred} sent no copy of its slice")
+        peer_header = local_slices.Description.decode(
+            received[pred][0].tobytes(), f"the slice process {pred} sent at step {step}")
+        if peer_header.step != step or peer_header.process != pred:
+            raise ShardkeepError(
+                f"local save of step {step}: process {pred} sent step"
+                f" {peer_header.step} of process {peer_header.process}")
+        return self._slice(step, pred, peer_header, received[pred][1:], None)
+
+    def _slice(self, step: int, q: int, header: local_slices.Description, buffers: list,
+               lease) -> LocalSave:
         name = _core.step_folder_name(step, self._width)
         folder = self.slice_folder(q)
         os.makedirs(folder, exist_ok=True)
         parts = local_slices.parts_of(header, buffers, q, self.count,
                                       compare_with=self._previous(q, step))
-        job = LocalSave(step, q, name, os.path.join(folder, name), time.monotonic())
-        job.future = save_lib.start_single_process_async(
-            job.path, parts, options=self._options, step=step,
-            custom_metadata={"shardkeep_local": {"process": q, "process_count": self.count}},
-            force=True, lease=lease, on_finished=on_end(job))
-        return job
+        return LocalSave(step, q, name, os.path.join(folder, name), time.monotonic(), parts,
+                         {"shardkeep_local": {"process": q, "process_count": self.count}},
+                         lease)
 
     def _previous(self, q: int, step: int) -> local_slices.Previous | None:
         """The newest committed slice q before ``step``, whose boxes a save
@@ -232,13 +223,13 @@ class LocalTier:
                 _core.delete_checkpoint(path, core_options)
 
     def on_end(self, errors: BackgroundErrors, delete: Callable[[list[str]], None]
-               ) -> Callable[[LocalSave], save_lib.OnFinished]:
+               ) -> Callable[[LocalSave], OnFinished]:
         """The ``on_finished`` of a slice's save, by its LocalSave: on the save
         queue's thread (``shardkeep.manager.commits``), it records the commit
         and passes the steps retention drops to ``delete``, or keeps the
         failure in ``errors``. Nothing raised there may escape."""
 
-        def of(job: LocalSave) -> save_lib.OnFinished:
+        def of(job: LocalSave) -> OnFinished:
             def finished(error: str | None, created_ns: int | None) -> bool:
                 try:
                     if error is None:
@@ -323,15 +314,6 @@ class LocalTier:
                          for q in range(count) if self.me in holders[q]}
                 return Decision(step, count, holders, paths)
         return None
-
-    def load(self, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
-             options: options_lib.Options) -> dict[str, Any]:
-        """Loads ``decision.step`` from the slices (collective; see
-        ``shardkeep.manager.local_restore``), reported as a
-        load of this process's root (``shardkeep.base.events``)."""
-        with events.loading(self.root):
-            return local_restore.load(self, decision, targets, partial=partial,
-                                      options=options)
 
     def _list(self) -> dict[int, dict[int, tuple[str, int, int]]]:
         """folder q -> {step: (name, process count, created_ns)} of committed

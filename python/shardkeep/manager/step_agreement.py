@@ -34,13 +34,24 @@ import logging
 import threading
 from typing import Callable
 
+import jax
+
 from ..errors import TimeoutError
+from ..job import distributed
 
 logger = logging.getLogger("shardkeep")
 
 # How long an agent's blocking read lasts before it checks whether it
 # should stop: the delay of ``close`` at most, one request per interval idle.
 _POLL_S = 1.0
+
+
+def of_job(prefix: str, *, lead: int, timeout_s: float) -> "Immediate | StepAgreement":
+    """The agreement of this job's processes under key ``prefix``: a
+    ``StepAgreement``, or ``Immediate`` in a one-process job."""
+    if jax.process_count() == 1:
+        return Immediate()
+    return StepAgreement(distributed.coordination(), prefix, lead=lead, timeout_s=timeout_s)
 
 
 class Immediate:
