@@ -89,8 +89,8 @@ struct SaveRequest {
   std::string metrics_json = "{}";
   bool force = false;  // replace a committed checkpoint at `path`
   // Names this save's barriers. Unique per save and identical on every
-  // process; the Python front agrees on it with the other processes before
-  // starting the save (python/shardkeep/job/distributed.py, `agree`).
+  // process: agreed with the other processes before starting the save
+  // (OperationIds::Agree("save", path, ...), shardkeep/operation_ids.h).
   // Required when the coordinator has more than one process
   // (InvalidArgument otherwise): a number each process counted for itself
   // would name another save's barriers as soon as one process skipped or

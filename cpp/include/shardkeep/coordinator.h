@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shardkeep/status.h"
 
@@ -34,6 +35,13 @@ class Coordinator {
   // The value of `key` if it is set now, nullopt otherwise; never waits.
   virtual Result<std::optional<std::string>> KeyValueTryGet(
       const std::string& key) = 0;
+  // The keys that are set now and start with `prefix`, in any order.
+  virtual Result<std::vector<std::string>> KeyValueList(
+      const std::string& prefix) = 0;
+  // Removes `key` if it is set (OK if it is not). Best effort: a service
+  // that cannot delete keeps them, which costs memory, never correctness;
+  // callers delete only keys that no process will read again.
+  virtual Status KeyValueDelete(const std::string& key) = 0;
 };
 
 std::shared_ptr<Coordinator> NewSingleProcessCoordinator();
@@ -46,6 +54,8 @@ struct CoordinatorFunctions {
   std::function<Status(const std::string& key, const std::string& value)> set;
   std::function<Result<std::string>(const std::string& key, double timeout_s)> get;
   std::function<Result<std::optional<std::string>>(const std::string& key)> try_get;
+  std::function<Result<std::vector<std::string>>(const std::string& prefix)> list;
+  std::function<Status(const std::string& key)> remove;
 };
 std::shared_ptr<Coordinator> NewCallbackCoordinator(
     int process_index, int process_count, CoordinatorFunctions functions);

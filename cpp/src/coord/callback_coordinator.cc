@@ -27,6 +27,10 @@ class CallbackCoordinator final : public Coordinator {
   Result<std::optional<std::string>> KeyValueTryGet(const std::string& key) override {
     return functions_.try_get(key);
   }
+  Result<std::vector<std::string>> KeyValueList(const std::string& prefix) override {
+    return functions_.list(prefix);
+  }
+  Status KeyValueDelete(const std::string& key) override { return functions_.remove(key); }
 
  private:
   const int process_index_;

@@ -33,6 +33,20 @@ class SingleProcessCoordinator final : public Coordinator {
     if (it == values_.end()) return std::optional<std::string>();
     return std::optional<std::string>(it->second);
   }
+  Result<std::vector<std::string>> KeyValueList(const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> keys;
+    for (auto it = values_.lower_bound(prefix);
+         it != values_.end() && it->first.starts_with(prefix); ++it) {
+      keys.push_back(it->first);
+    }
+    return keys;
+  }
+  Status KeyValueDelete(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_.erase(key);
+    return Status::Ok();
+  }
 
  private:
   std::mutex mu_;

@@ -463,6 +463,12 @@ class LosesKeyValueSets final : public Coordinator {
   Result<std::optional<std::string>> KeyValueTryGet(const std::string& key) override {
     return member_->KeyValueTryGet(key);
   }
+  Result<std::vector<std::string>> KeyValueList(const std::string& prefix) override {
+    return member_->KeyValueList(prefix);
+  }
+  Status KeyValueDelete(const std::string& key) override {
+    return member_->KeyValueDelete(key);
+  }
 
  private:
   const std::shared_ptr<Coordinator> member_;

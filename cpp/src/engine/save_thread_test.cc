@@ -52,6 +52,8 @@ std::shared_ptr<Coordinator> CoordinatorWithBarrier(
     return local->KeyValueGet(key, timeout_s);
   };
   functions.try_get = [local](const std::string& key) { return local->KeyValueTryGet(key); };
+  functions.list = [local](const std::string& prefix) { return local->KeyValueList(prefix); };
+  functions.remove = [local](const std::string& key) { return local->KeyValueDelete(key); };
   return NewCallbackCoordinator(0, 1, std::move(functions));
 }
 

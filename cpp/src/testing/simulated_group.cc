@@ -140,6 +140,30 @@ class SimulatedGroup::State {
     return std::optional<std::string>(it->second);
   }
 
+  Result<std::vector<std::string>> KeyValueList(int i, const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_[i]) return Dead(i);
+    std::vector<std::string> keys;
+    for (auto it = values_.lower_bound(prefix);
+         it != values_.end() && it->first.starts_with(prefix); ++it) {
+      keys.push_back(it->first);
+    }
+    return keys;
+  }
+
+  Status KeyValueDelete(int i, const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_[i]) return Dead(i);
+    values_.erase(key);
+    return Status::Ok();
+  }
+
+  // The number of keys set now (tests check that protocols clean up).
+  size_t KeyCount() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return values_.size();
+  }
+
  private:
   enum class Outcome { kPending, kCompleted, kFailed };
 
@@ -204,6 +228,12 @@ class GroupMember final : public Coordinator {
       const std::string& key) override {
     return state_->KeyValueTryGet(index_, key);
   }
+  Result<std::vector<std::string>> KeyValueList(const std::string& prefix) override {
+    return state_->KeyValueList(index_, prefix);
+  }
+  Status KeyValueDelete(const std::string& key) override {
+    return state_->KeyValueDelete(index_, key);
+  }
 
  private:
   const std::shared_ptr<SimulatedGroup::State> state_;
@@ -228,5 +258,7 @@ std::shared_ptr<Coordinator> SimulatedGroup::Member(int i) const {
 }
 
 void SimulatedGroup::Kill(int i) { state_->Kill(i); }
+
+size_t SimulatedGroup::KeyCount() const { return state_->KeyCount(); }
 
 }  // namespace shardkeep

@@ -20,7 +20,8 @@
 //    operation), as is a member arriving twice.
 //  - The key-value store is shared by the group. A key is set once:
 //    setting it again is AlreadyExists. KeyValueGet waits for the key, at
-//    most its timeout.
+//    most its timeout. KeyValueList lists the keys under a prefix;
+//    KeyValueDelete removes a key (so it may be set again).
 //  - Kill(i) makes member i a dead process: every later call of member i
 //    returns Cancelled, a call it is blocked in returns Cancelled at once,
 //    and it never counts as arrived at a barrier that has not completed.
@@ -56,6 +57,9 @@ class SimulatedGroup {
   // Makes process i dead from now on (see above). Idempotent.
   // REQUIRES: 0 <= i < process_count().
   void Kill(int i);
+
+  // The number of keys set in the key-value store now.
+  size_t KeyCount() const;
 
   class State;
 

@@ -112,6 +112,22 @@ TEST(SimulatedGroupTest, KeyValueStoreIsSharedAndWriteOnce) {
   EXPECT_FALSE(absent.has_value());
 }
 
+TEST(SimulatedGroupTest, KeysAreListedByPrefixAndDeletedForGood) {
+  SimulatedGroup group(2);
+  for (const char* key : {"op/arrived/0", "op/arrived/1", "op/verdict", "opx/arrived/0"}) {
+    SK_ASSERT_OK(group.Member(0)->KeyValueSet(key, "1"));
+  }
+  SK_ASSERT_OK_AND_ASSIGN(auto arrived, group.Member(1)->KeyValueList("op/arrived/"));
+  EXPECT_EQ(arrived, (std::vector<std::string>{"op/arrived/0", "op/arrived/1"}));
+  SK_ASSERT_OK(group.Member(1)->KeyValueDelete("op/arrived/0"));
+  SK_ASSERT_OK(group.Member(1)->KeyValueDelete("never/set"));  // not an error
+  SK_ASSERT_OK_AND_ASSIGN(arrived, group.Member(0)->KeyValueList("op/arrived/"));
+  EXPECT_EQ(arrived, (std::vector<std::string>{"op/arrived/1"}));
+  EXPECT_EQ(group.KeyCount(), 3u);
+  // A deleted key is gone: it may be set again.
+  SK_EXPECT_OK(group.Member(0)->KeyValueSet("op/arrived/0", "2"));
+}
+
 TEST(SimulatedGroupTest, KeyValueGetWaitsForTheSet) {
   SimulatedGroup group(2);
   auto get = std::async(std::launch::async,
