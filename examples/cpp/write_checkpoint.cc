@@ -121,8 +121,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   // A single process (no coordinator). Several processes would each call
-  // writer.SetCoordinator(...) and writer.SetOperationId(...) with one id
-  // for the save, and add only their own shards.
+  // writer.SetCoordinator(...) and writer.SetOperationId(...) with the id
+  // shardkeep::OperationIds agrees for the save, and add only their own
+  // shards.
   shardkeep::CheckpointWriter writer(where->storage, where->path);
   Status status = Build(writer, step, embed, kernel);
   // Commit blocks until the checkpoint is committed (or the save failed):

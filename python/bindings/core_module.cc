@@ -28,6 +28,7 @@
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
 #include "shardkeep/location.h"
+#include "shardkeep/operation_ids.h"
 #include "format/commit_record.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
@@ -319,16 +320,20 @@ struct PyCoordinator {
   std::shared_ptr<Coordinator> coordinator;
 };
 
-// Wraps four Python functions (see shardkeep/distributed.py) as a C++
+// Wraps six Python functions (see shardkeep/job/distributed.py) as a C++
 // Coordinator: barrier(key, timeout_s), set(key, value), get(key,
-// timeout_s) -> str, try_get(key) -> str | None.
+// timeout_s) -> str, try_get(key) -> str | None, list(prefix) -> list[str]
+// (the keys set under prefix) and delete(key) (best effort).
 PyCoordinator* MakeCallbackCoordinator(int process_index, int process_count,
                                        nb::object barrier, nb::object set,
-                                       nb::object get, nb::object try_get) {
+                                       nb::object get, nb::object try_get,
+                                       nb::object list, nb::object remove) {
   auto barrier_fn = std::make_shared<PyFunction>(std::move(barrier));
   auto set_fn = std::make_shared<PyFunction>(std::move(set));
   auto get_fn = std::make_shared<PyFunction>(std::move(get));
   auto try_get_fn = std::make_shared<PyFunction>(std::move(try_get));
+  auto list_fn = std::make_shared<PyFunction>(std::move(list));
+  auto remove_fn = std::make_shared<PyFunction>(std::move(remove));
   CoordinatorFunctions functions;
   functions.barrier = [barrier_fn](const std::string& key, double timeout_s) {
     return barrier_fn->Call(key, timeout_s).status();
@@ -351,9 +356,38 @@ PyCoordinator* MakeCallbackCoordinator(int process_index, int process_count,
     if (owned.is_none()) return std::optional<std::string>();
     return std::optional<std::string>(nb::cast<std::string>(owned));
   };
+  functions.list = [list_fn](const std::string& prefix)
+      -> Result<std::vector<std::string>> {
+    SK_ASSIGN_OR_RETURN(nb::object keys, list_fn->Call(prefix));
+    nb::gil_scoped_acquire acquire;
+    nb::object owned = std::move(keys);
+    try {
+      return nb::cast<std::vector<std::string>>(owned);
+    } catch (const std::exception&) {
+      return InternalError("the coordination service's list of keys under '" + prefix +
+                           "' is not a list of strings");
+    }
+  };
+  functions.remove = [remove_fn](const std::string& key) {
+    return remove_fn->Call(key).status();
+  };
   return new PyCoordinator{
       NewCallbackCoordinator(process_index, process_count, std::move(functions))};
 }
+
+// The agreement of operation ids of one job (shardkeep/operation_ids.h).
+struct PyOperationIds {
+  std::unique_ptr<OperationIds> ids;
+
+  // Waits with the GIL released; the coordinator's Python functions take it
+  // for each call. An interrupt raised in one of them comes out as itself,
+  // also when the agreement got through (a best-effort delete was cut short).
+  std::string Agree(const std::string& kind, const std::string& subject, double timeout_s) {
+    Result<std::string> id = WithoutGil([&] { return ids->Agree(kind, subject, timeout_s); });
+    if (id.ok() && pending_interrupt) RaisePendingInterrupt();
+    return ValueOrRaise(std::move(id));
+  }
+};
 
 // The thread Python runs signal handlers on (the interpreter's main
 // thread), set when the module is imported.
@@ -1298,8 +1332,20 @@ NB_MODULE(_core, m) {
       },
       "data"_a, "XXH3-64 of a uint8 array, as stored for each chunk.");
   m.def("callback_coordinator", &MakeCallbackCoordinator, "process_index"_a,
-        "process_count"_a, "barrier"_a, "set"_a, "get"_a, "try_get"_a,
-        "A Coordinator whose operations are the given Python functions.");
+        "process_count"_a, "barrier"_a, "set"_a, "get"_a, "try_get"_a, "list"_a,
+        "delete"_a, "A Coordinator whose operations are the given Python functions.");
+  nb::class_<PyOperationIds>(m, "OperationIds",
+                             "The agreed ids of a job's collective operations.")
+      .def(
+          "__init__",
+          [](PyOperationIds* self, const PyCoordinator& coordinator) {
+            new (self) PyOperationIds{std::make_unique<OperationIds>(coordinator.coordinator)};
+          },
+          "coordinator"_a)
+      .def("agree", &PyOperationIds::Agree, "kind"_a, "subject"_a, "timeout_s"_a,
+           "The agreed id of this process's next collective `kind` of `subject`"
+           " (\"\" with one process); TimeoutError naming the processes that did not"
+           " join within timeout_s.");
 
   nb::class_<StoredRange>(m, "StoredRange", "Bytes of a data file that a read fetches.")
       .def_ro("file", &StoredRange::file, "The data file's name in the checkpoint.")

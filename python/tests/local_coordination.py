@@ -39,9 +39,17 @@ class LocalCoordination:
         with self._lock:
             return self._values.get(key)
 
+    def keys(self, prefix: str) -> list[str]:
+        with self._lock:
+            return [key for key in self._values if key.startswith(prefix)]
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._values.pop(key, None)
+
     def core(self):
         return _core.callback_coordinator(0, 1, self.barrier, self.set, self.get,
-                                          self.try_get)
+                                          self.try_get, self.keys, self.delete)
 
     def install(self, monkeypatch=None) -> None:
         if monkeypatch is not None:

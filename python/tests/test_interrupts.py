@@ -162,6 +162,61 @@ def test_ctrl_c_interrupts_a_wait_in_jax_coordination_service():
         proc.returncode, out, proc.stderr.decode()[-2000:])
 
 
+class _UnansweredClient:
+    """A JAX client whose blocking get waits until ``release()`` (its
+    timeout is far above the test's), and says when one is waiting."""
+
+    def __init__(self):
+        self.store: dict[str, str] = {}
+        self.waiting = threading.Event()
+        self._released = threading.Event()
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        self.store[key] = value
+
+    def key_value_try_get(self, key):
+        if key not in self.store:
+            raise RuntimeError(f"NOT_FOUND: Config key {key} not found.")
+        return self.store[key]
+
+    def blocking_key_value_get(self, key, timeout_in_ms):
+        self.waiting.set()
+        self._released.wait(_LIMIT_S)
+        raise RuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out with key: {key}")
+
+    def key_value_dir_get(self, prefix):
+        return [(k, v) for k, v in self.store.items() if k.startswith(prefix)]
+
+    def key_value_delete(self, key):
+        self.store.pop(key, None)
+
+    def release(self):
+        self._released.set()
+
+
+def test_ctrl_c_interrupts_an_operation_id_agreement():
+    # The agreement runs in the core, which waits for the verdict through
+    # the bridge's get: the interrupt comes out of agree as itself.
+    from shardkeep import _core
+    from shardkeep.job import distributed
+
+    client = _UnansweredClient()
+    bridge = distributed.JaxCoordination(client, 1, 2)  # process 1 waits for process 0
+    operation_ids = _core.OperationIds(distributed.core_coordinator(bridge))
+
+    def interrupt_once_waiting():
+        if client.waiting.wait(_LIMIT_S):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_waiting, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            operation_ids.agree("save", "/ckpt/7", 600.0)
+    finally:
+        client.release()  # ends the abandoned get
+    assert client.waiting.is_set()
+
+
 def test_ctrl_c_while_the_start_is_queued_means_it_never_starts(ckpt):
     release = threading.Event()
     released = []

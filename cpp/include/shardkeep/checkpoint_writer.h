@@ -158,8 +158,9 @@ class CheckpointWriter {
   // Write as one process of several; null (the default): a single process.
   void SetCoordinator(std::shared_ptr<Coordinator> coordinator);
   // Names the save's barriers (SaveRequest::operation_id): unique per save
-  // and identical on every process. Empty (the default): numbered by this
-  // OS process's saves, which suits processes that save in step.
+  // and identical on every process, e.g. OperationIds::Agree("save", path,
+  // timeout_s) (shardkeep/operation_ids.h). Empty (the default): numbered
+  // by this OS process's saves, which suits processes that save in step.
   void SetOperationId(std::string operation_id);
 
   // Encodes every meta.json, checks each leaf's shards (overlaps; coverage

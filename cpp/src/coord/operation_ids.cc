@@ -171,7 +171,8 @@ class Attempt {
                         coordinator_.KeyValueList(ArrivalsFolder()));
     std::vector<int> processes;
     for (const std::string& key : keys) {
-      const std::string tail = key.substr(ArrivalsFolder().size());
+      // The name after the last '/': services list whole keys or names.
+      const std::string tail = key.substr(key.rfind('/') + 1);
       if (!tail.empty() && tail.size() < 10 &&
           tail.find_first_not_of("0123456789") == std::string::npos) {
         processes.push_back(std::stoi(tail));

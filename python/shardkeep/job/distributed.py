@@ -19,48 +19,22 @@ process records ``<barrier>/arrived/<process_index>`` in the key-value store;
 when the wait fails, the arrivals are listed and the missing processes named
 in the error.
 
-Operation ids are agreed, never counted (``agree``). Every collective
+Operation ids are agreed, never counted (``agree``): every collective
 operation (a save, a manager's first listing, a byte exchange, a local-tier
-restore) is named by what every process passes to it identically: its kind
-and its subject (the checkpoint path, the manager's root, the exchange's
-name). Its keys and barriers live under an id that the processes agree on
-in the key-value store before they start:
-
-1. The id is ``<kind>/<hash of subject>/<n>.<a>``: the n-th occurrence of
-   that kind and subject (a forced re-save of one path is its second), at
-   attempt a. Each attempt has a verdict key, written once: "go" when
-   every process arrived, or "void" with the processes that arrived and
-   those that did not.
-2. A process skips the attempts that already have a verdict ("go": an
-   occurrence it took part in; "void": one abandoned before it came) and
-   records its arrival at the first undecided one.
-3. Process 0 waits for every arrival and writes "go"; the others wait for
-   the verdict. A process that reaches its deadline (``timeout_s`` from
-   its call) lists the arrivals and writes "void" (or "go", if everyone is
-   there after all); the first verdict written holds for everyone.
-4. "go": the operation runs under that id, used by no other operation.
-   "void": a process that had arrived fails with an error naming the
-   operation and the processes that did not join; one that arrived after
-   the verdict moves on to the next attempt, within its own deadline.
-
-So a process that makes a call the others do not fails within its
-``timeout_s`` with that error, and no count moves: the next operation that
-all processes make agrees at once. No barrier id is ever waited on twice
-(JAX numbers the uses of a barrier id per process, so a reused id that
-timed out once would fail or hang for good). Each process records how far
-it has seen the verdicts of each kind and subject. Once every process has
-read a "go", its verdict is deleted (``_leave``), so a long job does not
-grow the service by a key per operation; each process's record is then
-what lets it skip that occurrence. "void" verdicts stay.
+restore) runs under an id that the processes agree on by its kind and
+subject before they start. The agreement is the core's
+(cpp/include/shardkeep/operation_ids.h, which gives its steps): it runs on
+this job's ``_core.Coordinator``, whose key listing and best-effort delete
+(``keys``, ``delete`` below) let it name the processes that did not join and
+remove the keys of finished agreements. One ``_core.OperationIds`` per JAX
+client holds this process's record of the verdicts it has seen, so a new
+``jax.distributed.initialize`` starts afresh.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
-import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 
@@ -80,12 +54,9 @@ def coordinator() -> "_core.Coordinator | None":
     distributed runtime client is missing (``jax.distributed.initialize``
     not called) or lacks the methods shardkeep needs (another JAX version).
     """
-    count = jax.process_count()
-    if count == 1:
+    if jax.process_count() == 1:
         return None
-    bridge = coordination()
-    return _core.callback_coordinator(bridge.process_index, count, bridge.barrier,
-                                      bridge.set, bridge.get, bridge.try_get)
+    return _job().coordinator
 
 
 def agree(kind: str, subject: str, timeout_s: float) -> str:
@@ -98,13 +69,44 @@ def agree(kind: str, subject: str, timeout_s: float) -> str:
     """
     if jax.process_count() == 1:
         return ""
-    return coordination().agree(kind, subject, timeout_s)
+    return _job().operation_ids.agree(kind, subject, timeout_s)
 
 
 def coordination() -> "JaxCoordination":
     """Barriers and key-value operations of this multi-process job, with
     shardkeep's errors and timeouts (for the manager and tests)."""
     return JaxCoordination(_client(), jax.process_index(), jax.process_count())
+
+
+def core_coordinator(bridge: "JaxCoordination") -> "_core.Coordinator":
+    """``bridge``'s operations as the core's Coordinator."""
+    return _core.callback_coordinator(bridge.process_index, bridge.process_count,
+                                      bridge.barrier, bridge.set, bridge.get, bridge.try_get,
+                                      bridge.keys, bridge.delete)
+
+
+class _Job(NamedTuple):
+    """The core's view of one JAX client: made once per client, since the
+    operation ids keep the record of the verdicts this process has seen."""
+
+    client: Any
+    coordinator: _core.Coordinator
+    operation_ids: _core.OperationIds
+
+
+_jobs_lock = threading.Lock()
+_current: _Job | None = None
+
+
+def _job() -> _Job:
+    global _current
+    client = _client()
+    with _jobs_lock:
+        if _current is None or _current.client is not client:
+            core = core_coordinator(
+                JaxCoordination(client, jax.process_index(), jax.process_count()))
+            _current = _Job(client, core, _core.OperationIds(core))
+        return _current
 
 
 def _client() -> Any:
@@ -197,9 +199,9 @@ class JaxCoordination:
                 f"barrier '{key}' failed in JAX's coordination service ({who}):"
                 f" {_first_line(e)}") from e
         # Everyone arrived, so no process will list the arrivals.
-        self._forget(arrived)
+        self.delete(arrived)
 
-    def _forget(self, key: str) -> None:
+    def delete(self, key: str) -> None:
         """Deletes ``key`` if the client can, so that the service's store
         does not grow by a key per process and operation; best effort."""
         delete = getattr(self._client, "key_value_delete", None)
@@ -212,85 +214,21 @@ class JaxCoordination:
     def _missing(self, key: str) -> list[int] | None:
         """The processes without an arrival record for barrier ``key``."""
         try:
-            arrived = self._arrivals(f"{key}/arrived/")
-        except Exception:  # noqa: BLE001 - the service may be gone.
+            names = self.keys(f"{key}/arrived/")
+        except ShardkeepError:  # the service may be gone
             return None
+        arrived = {int(tail) for tail in (n.rsplit("/", 1)[-1] for n in names)
+                   if tail.isdigit()}
         return [p for p in range(self.process_count) if p not in arrived]
 
-    def _arrivals(self, folder: str) -> set[int]:
-        """The process indices recorded under ``folder`` of the key-value store."""
-        arrived = set()
-        for name, _ in self._client.key_value_dir_get(folder):
-            tail = name.rsplit("/", 1)[-1]
-            if tail.isdigit():
-                arrived.add(int(tail))
-        return arrived
-
-    def agree(self, kind: str, subject: str, timeout_s: float) -> str:
-        """See ``agree``; the steps are those of the module docstring."""
-        deadline = time.monotonic() + timeout_s
-        base = f"shardkeep/op/{kind}/{hashlib.sha256(subject.encode()).hexdigest()[:16]}"
-        n, a = _seen.get(self._client, base)
-        while True:
-            verdict = self.try_get(f"{base}/{n}.{a}/verdict")
-            if verdict is None:
-                verdict = self._join(f"{base}/{n}.{a}", deadline)
-            if verdict == _GO:
-                _seen.note(self._client, base, (n + 1, 0))
-                self._leave(f"{base}/{n}.{a}")
-                return f"{base}/{n}.{a}"
-            void = json.loads(verdict)
-            _seen.note(self._client, base, (n, a + 1))
-            if self.process_index in void["arrived"]:
-                raise TimeoutError(
-                    f"{kind} of {subject!r}: processes {void['missing']} did not join it"
-                    f" within {timeout_s:g} s (processes {void['arrived']} did); every process"
-                    f" of the job must make the same collective calls, and this {kind} was"
-                    " made by some processes only (later calls made by all are unaffected)")
-            a += 1
-
-    def _leave(self, key: str) -> None:
-        """After reading attempt ``key``'s "go": deletes this process's
-        arrival, and the verdict once no arrival is left. Every process
-        arrived before a "go" and reads it before it deletes its arrival, so
-        whoever finds none left knows every process has read the verdict; a
-        long job then keeps no key per operation. ("void" verdicts stay: a
-        process that has not come yet needs one to skip its attempt.)"""
-        self._forget(f"{key}/arrived/{self.process_index}")
+    def keys(self, prefix: str) -> list[str]:
+        """The keys set under ``prefix`` (whole keys)."""
         try:
-            if self._arrivals(f"{key}/arrived/"):
-                return
-        except Exception:  # noqa: BLE001 - best effort, like _forget.
-            return
-        self._forget(f"{key}/verdict")
-
-    def _join(self, key: str, deadline: float) -> str:
-        """Records this process's arrival at attempt ``key``; returns its verdict."""
-        self._client.key_value_set(f"{key}/arrived/{self.process_index}", "1",
-                                   allow_overwrite=True)
-        try:
-            if self.process_index == 0:
-                for q in range(1, self.process_count):
-                    self.get(f"{key}/arrived/{q}", max(0.0, deadline - time.monotonic()))
-                self._decide(key, _GO)
-            else:
-                self.get(f"{key}/verdict", max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            arrived = sorted(self._arrivals(f"{key}/arrived/"))
-            missing = [p for p in range(self.process_count) if p not in arrived]
-            self._decide(key, json.dumps({"arrived": arrived, "missing": missing})
-                         if missing else _GO)
-        verdict = self.try_get(f"{key}/verdict")
-        if verdict is None:
-            raise ShardkeepError(f"the verdict of operation '{key}' vanished from JAX's"
-                                 " coordination service")
-        return verdict
-
-    def _decide(self, key: str, verdict: str) -> None:
-        try:
-            self.set(f"{key}/verdict", verdict)
-        except AlreadyExistsError:
-            pass  # another process decided first; its verdict holds
+            return [name for name, _ in self._client.key_value_dir_get(prefix)]
+        except Exception as e:  # noqa: BLE001
+            raise ShardkeepError(
+                f"listing keys under '{prefix}' in JAX's coordination service failed:"
+                f" {_first_line(e)}") from e
 
     def set(self, key: str, value: str) -> None:
         try:
@@ -326,30 +264,3 @@ class JaxCoordination:
                 f"getting key '{key}' from JAX's coordination service failed:"
                 f" {_first_line(e)}") from e
 
-
-_GO = "go"
-
-
-class _Seen:
-    """How far this process has seen the verdicts of each operation name:
-    {name: (occurrence, attempt)} for the current client (a new
-    ``jax.distributed.initialize`` starts afresh)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._client: Any = None
-        self._positions: dict[str, tuple[int, int]] = {}
-
-    def get(self, client, name: str) -> tuple[int, int]:
-        with self._lock:
-            if client is not self._client:
-                self._client, self._positions = client, {}
-            return self._positions.get(name, (0, 0))
-
-    def note(self, client, name: str, position: tuple[int, int]) -> None:
-        with self._lock:
-            if client is self._client:
-                self._positions[name] = max(position, self._positions.get(name, (0, 0)))
-
-
-_seen = _Seen()
