@@ -200,7 +200,8 @@ Result<std::string> OperationIds::Agree(const std::string& kind, const std::stri
   const std::string base = "shardkeep/op/" + kind + "/" + Hash(subject);
   auto [n, a] = Seen(base);
   while (true) {
-    Attempt attempt(*coordinator_, base + "/" + std::to_string(n) + "." + std::to_string(a));
+    const std::string id = base + "/" + std::to_string(n) + "." + std::to_string(a);
+    Attempt attempt(*coordinator_, id);
     SK_ASSIGN_OR_RETURN(std::optional<std::string> decided, attempt.Verdict());
     std::string verdict;
     if (decided) {
@@ -208,7 +209,6 @@ Result<std::string> OperationIds::Agree(const std::string& kind, const std::stri
     } else {
       SK_ASSIGN_OR_RETURN(verdict, attempt.Join(deadline));
     }
-    const std::string id = base + "/" + std::to_string(n) + "." + std::to_string(a);
     if (verdict == kGo) {
       Note(base, {n + 1, 0});
       attempt.Leave();
