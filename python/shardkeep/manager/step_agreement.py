@@ -41,8 +41,10 @@ from ..job import distributed
 
 logger = logging.getLogger("shardkeep")
 
-# How long an agent's blocking read lasts before it checks whether it
-# should stop: the delay of ``close`` at most, one request per interval idle.
+# How long an agent's blocking read of the coordination service lasts
+# before it checks whether it should stop (the service's get cannot be
+# woken): the delay of ``close`` at most, one request per interval idle.
+# The primary's wait for its own loop to open a round needs none.
 _POLL_S = 1.0
 
 
@@ -176,10 +178,10 @@ class StepAgreement:
 
     def _announce(self, r: int) -> None:
         with self._changed:
-            while self._opened <= r:
-                if self._stopping:
-                    raise _Stopped
-                self._changed.wait(_POLL_S)
+            # ``_open`` and ``close`` notify: no timeout, no idle wake-ups.
+            self._changed.wait_for(lambda: self._opened > r or self._stopping)
+            if self._opened <= r:
+                raise _Stopped
             at = self._recorded[r]
         for i in range(1, self._count):
             at = max(at, int(self._read(self._key(r, "step", i))))
