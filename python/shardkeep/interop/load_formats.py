@@ -40,13 +40,7 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     copies. Needs the ``tensorstore`` package (``shardkeep[orbax]``).
     """
     options = options_lib.resolve(options)
-    source = OrbaxSource(path, options)
-    with gc_paused():
-        return load_executor.load(source, target, partial=False,
-                                  broadcast=options.broadcasts_load_of(source.directory),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)
+    return _load_whole(OrbaxSource(path, options), target, options)
 
 
 def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
@@ -63,7 +57,12 @@ def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
     (``shardkeep[dcp]``).
     """
     options = options_lib.resolve(options)
-    source = DcpSource(path, allow_pickle=allow_pickle, options=options)
+    return _load_whole(DcpSource(path, allow_pickle=allow_pickle, options=options), target,
+                       options)
+
+
+def _load_whole(source, target: Any, options: options_lib.Options) -> Any:
+    """Every leaf of another format's ``source`` onto ``target``."""
     with gc_paused():
         return load_executor.load(source, target, partial=False,
                                   broadcast=options.broadcasts_load_of(source.directory),
