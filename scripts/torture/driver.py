@@ -64,6 +64,10 @@ from shardkeep import _core  # noqa: E402
 
 import workload  # noqa: E402
 
+State = _core.EntryState
+# What the manager's collection removes: no entry of these may outlive it.
+_LEFTOVER = (State.TEMPORARY, State.BEING_DELETED)
+
 # The checker's managers warn about what the killed writers left; the
 # checks below judge it instead.
 logging.getLogger("shardkeep").setLevel(logging.ERROR)
@@ -196,20 +200,20 @@ def check_entries(trial: Trial) -> dict[int, str]:
     for entry in _core.list_checkpoints(trial.root):
         name, state, step, problem = entry.name, entry.state, entry.step, entry.problem
         path = f"{trial.root}/{name}"
-        if state == "committed":
+        if state == State.COMMITTED:
             if not STEP_NAME.fullmatch(name) or step != int(name):
                 trial.fail(f"{path} is committed with step {step}, not a step folder of its own")
                 continue
             committed[step] = name
             load_and_compare(trial, path, step)
-        elif state == "rejected":
+        elif state == State.REJECTED:
             trial.fail(f"{path} has a commit record the core refuses: {problem}")
-        elif state in ("temporary", "replaced", "only-copy"):
+        elif state in (State.TEMPORARY, State.REPLACED, State.ONLY_COPY):
             try:
-                record = json.loads(_core.read_commit_record(path))
+                record = _core.read_commit_record(path)
             except sk.ShardkeepError:
                 continue  # not complete: nothing to hold it to
-            load_and_compare(trial, path, record["step"], leftover=True)
+            load_and_compare(trial, path, record.step, leftover=True)
     return committed
 
 
@@ -224,12 +228,12 @@ def check_with_manager(trial: Trial, committed: dict[int, str], disk_full: dict 
         if reported is not None and (latest is None or latest < reported):
             old = f"{trial.root}/{workload.name(reported)}.shardkeep-old"
             states = {e.name: e.state for e in _core.list_checkpoints(trial.root)}
-            if states.get(os.path.basename(old)) == "only-copy" and _has_step(old, reported):
+            if states.get(os.path.basename(old)) == State.ONLY_COPY and _has_step(old, reported):
                 trial.window = True
             else:
                 trial.fail(f"latest committed step {latest} < {reported}, reported committed")
         for entry in _core.list_checkpoints(trial.root):
-            if entry.state in ("temporary", "being-deleted"):
+            if entry.state in _LEFTOVER:
                 trial.fail(f"{entry.name} survived the manager's garbage collection")
         if latest is not None:
             loaded = mgr.load(latest, sk.Checkpointables())
@@ -250,7 +254,7 @@ def check_with_manager(trial: Trial, committed: dict[int, str], disk_full: dict 
         for problem in workload.differences(loaded, following, scale=trial.scale):
             trial.fail(f"the next save (step {following}): {problem}")
         leftovers = [e.name for e in _core.list_checkpoints(trial.root)
-                     if e.state in ("temporary", "being-deleted")]
+                     if e.state in _LEFTOVER]
         if leftovers:
             trial.fail(f"after the next save, leftovers remain: {leftovers}")
         with open(trial.report, "w") as f:  # the checker's save is now the latest
@@ -264,7 +268,7 @@ def check_with_manager(trial: Trial, committed: dict[int, str], disk_full: dict 
 
 def _has_step(path: str, step: int) -> bool:
     try:
-        return json.loads(_core.read_commit_record(path))["step"] == step
+        return _core.read_commit_record(path).step == step
     except sk.ShardkeepError:
         return False
 
