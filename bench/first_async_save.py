@@ -17,32 +17,22 @@ Prints one JSON line per process, naming the shardkeep it imported.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import workloads  # noqa: E402
+import fresh_process
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
-    parser.add_argument("--root", required=True)
+    parser = fresh_process.parser(__doc__)
     parser.add_argument("--saves", type=int, default=2)
     args = parser.parse_args(argv)
-    import jax
     import shardkeep as sk
 
-    state = jax.block_until_ready(workloads.jax_state("W1", args.scale))
-    root = os.path.join(os.path.abspath(args.root), "first-async-save")
-    shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(root)
+    state, root = fresh_process.w1_state_and_folder(args.scale, args.root, "first-async-save")
     result: dict = {"shardkeep": os.path.dirname(sk.__file__), "scale": args.scale, "saves": []}
     for i in range(args.saves):
         wall, cpu = time.perf_counter(), time.process_time()

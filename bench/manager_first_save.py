@@ -14,32 +14,22 @@ would, and saves step 5. Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import sys
 import time
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import workloads  # noqa: E402
+import fresh_process
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
-    parser.add_argument("--root", required=True)
+    parser = fresh_process.parser(__doc__)
     parser.add_argument("--prepared", type=int, choices=(0, 1), default=1)
     args = parser.parse_args(argv)
-    import jax
     import shardkeep as sk
     from shardkeep.saving import staging_pool
 
-    state = jax.block_until_ready(workloads.jax_state("W1", args.scale))
-    root = os.path.join(os.path.abspath(args.root), "manager-first-save")
-    shutil.rmtree(root, ignore_errors=True)
+    state, root = fresh_process.w1_state_and_folder(args.scale, args.root, "manager-first-save")
     result: dict = {"scale": args.scale, "prepared": bool(args.prepared)}
     with sk.CheckpointManager(root, save_interval_steps=5) as manager:
         if args.prepared:
