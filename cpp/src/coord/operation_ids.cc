@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <sstream>
 #include <vector>
 
+#include "core/seconds_text.h"
 #include "shardkeep/checkpoint.h"
 
 namespace shardkeep {
@@ -17,13 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kGo[] = "go";
 constexpr char kVoid[] = "void";
-
-// "3 s", "0.5 s": as the caller wrote the timeout.
-std::string Seconds(double seconds) {
-  std::ostringstream out;
-  out << seconds << " s";
-  return out.str();
-}
 
 // "[0, 2]", as Python prints a list: the errors reach Python users.
 std::string ListOf(const std::vector<int>& processes) {
@@ -220,7 +213,7 @@ Result<std::string> OperationIds::Agree(const std::string& kind, const std::stri
                            coordinator_->process_index())) {
       return TimeoutError(
           kind + " of '" + subject + "': processes " + ListOf(abandoned.missing) +
-          " did not join it within " + Seconds(timeout_s) + " (processes " +
+          " did not join it within " + SecondsText(timeout_s) + " (processes " +
           ListOf(abandoned.arrived) +
           " did); every process of the job must make the same collective calls, and this " +
           kind + " was made by some processes only (later calls made by all are unaffected)");

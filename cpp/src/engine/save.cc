@@ -87,13 +87,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <set>
 #include <system_error>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "core/seconds_text.h"
 #include "engine/catch_exceptions.h"
 #include "engine/decoded_meta_cache.h"
 #include "engine/make_visible.h"
@@ -119,12 +119,6 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string FormatSeconds(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g s", seconds);
-  return text;
 }
 
 // The prefix of this save's keys. A single process numbers its own saves;
@@ -416,7 +410,7 @@ class SaveOperation {
       const std::string silence =
           result.status().code() == StatusCode::kTimeout
               ? "the primary (process 0) did not report the commit within " +
-                    FormatSeconds(options_.timeout_s)
+                    SecondsText(options_.timeout_s)
               : "waiting for the primary's commit failed (" +
                     result.status().ToString() + ")";
       SK_ASSIGN_OR_RETURN(std::string outcome, SettleOutcome(silence));

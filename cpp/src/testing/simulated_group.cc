@@ -5,8 +5,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
+
+#include "core/seconds_text.h"
 
 namespace shardkeep {
 namespace {
@@ -20,13 +21,6 @@ Clock::time_point Deadline(double timeout_s) {
   const double clamped = std::clamp(timeout_s, 0.0, kMaxTimeoutS);
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(clamped));
-}
-
-// "0.5 s", "600 s": as a person would write the timeout.
-std::string Seconds(double timeout_s) {
-  std::ostringstream out;
-  out << timeout_s << " s";
-  return out.str();
 }
 
 std::string ProcessName(int i) { return "process " + std::to_string(i); }
@@ -91,7 +85,7 @@ class SimulatedGroup::State {
     if (!decided) {
       barrier.outcome = Outcome::kFailed;
       barrier.failure = TimeoutError("barrier '" + key + "' timed out after " +
-                                     Seconds(timeout_s) + "; " +
+                                     SecondsText(timeout_s) + "; " +
                                      Missing(barrier) + " did not arrive");
       barrier.changed.notify_all();
     }
@@ -126,7 +120,7 @@ class SimulatedGroup::State {
     const auto it = values_.find(key);
     if (it == values_.end()) {
       return TimeoutError("key '" + key + "' was not set within " +
-                          Seconds(timeout_s));
+                          SecondsText(timeout_s));
     }
     return it->second;
   }
