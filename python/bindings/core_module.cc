@@ -656,23 +656,16 @@ struct PyReader {
                         url);
   }
 
-  std::string MetaJson(const std::string& name) {
-    return ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
+  // A pytree checkpointable's meta.json (InvalidArgument for another kind).
+  PytreeInfo Pytree(const std::string& name) {
+    return ValueOrRaise(WithoutGil([&] { return reader->Pytree(name); }), url);
   }
 
-  // meta.json of `name` as checked dicts and lists (meta_objects.h).
-  nb::dict Meta(const std::string& name) {
-    std::string kind;
-    for (const CheckpointableInfo& part : reader->Info().checkpointables) {
-      if (part.name == name) kind = part.kind;
-    }
-    if (kind == "pytree") {
-      PytreeInfo tree = ValueOrRaise(WithoutGil([&] { return reader->Pytree(name); }), url);
-      return binding::PytreeMetaToPython(tree);
-    }
-    std::string text = MetaJson(name);  // NotFound for an unknown name
-    return ValueOrRaise(binding::MetaTextToPython(text, url + "/" + name + "/meta.json"),
-                        url);
+  // The kind registered in the Python front that `name` was saved as, or "".
+  std::string RegisteredKind(const std::string& name) {
+    std::string text =
+        ValueOrRaise(WithoutGil([&] { return reader->MetaJson(name); }), url);
+    return ValueOrRaise(binding::RegisteredKind(text, url + "/" + name + "/meta.json"), url);
   }
 
   nb::bytes ReadValue(const std::string& name) {
@@ -1361,8 +1354,10 @@ NB_MODULE(_core, m) {
   nb::class_<PyReader>(m, "Reader")
       .def(nb::new_(&PyReader::Open), "path"_a, "options"_a = Options())
       .def_prop_ro("commit", &PyReader::Commit, "The checkpoint's _SHARDKEEP, decoded.")
-      .def("meta", &PyReader::Meta, "name"_a,
-           "meta.json of a checkpointable, decoded and checked by the core.")
+      .def("pytree", &PyReader::Pytree, "name"_a,
+           "A pytree checkpointable's meta.json, decoded and checked by the core.")
+      .def("registered_kind", &PyReader::RegisteredKind, "name"_a,
+           "The kind registered in the Python front a checkpointable was saved as, or \"\".")
       .def("read_value", &PyReader::ReadValue, "name"_a)
       .def("read", &PyReader::Read, "name"_a, "requests"_a, "options"_a = Options())
       .def("locate", &PyReader::LocateRanges, "name"_a, "requests"_a, "options"_a = Options(),
@@ -1431,7 +1426,7 @@ NB_MODULE(_core, m) {
       "Converts the elements of src into dst (flat uint8 views) with the reader's casts"
       " (rounding to nearest even, wrapping integers); check_cast first.");
   binding::BindTreeKeys(m);
-  binding::BindMetaFunctions(m);
+  binding::BindMetaObjects(m);
   m.def("storage_bytes_read", &StorageBytesRead,
         "Bytes this process has read through the file and S3 backends (every read and"
         " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"

@@ -9,6 +9,7 @@
 #include "engine/decoded_meta_cache.h"
 #include "format/checkpointable_meta.h"
 #include "format/json_parse.h"
+#include "format/pytree_info.h"
 #include "raise.h"
 
 namespace nb = nanobind;
@@ -44,10 +45,6 @@ nb::object ToPython(const Json& j) {
     }
     default: return nb::none();  // binary and discarded values: never decoded
   }
-}
-
-nb::object ParsedToPython(const std::string& json_text) {
-  return ToPython(nlohmann::json::parse(json_text));
 }
 
 // Plain JSON values only: what the Python front puts into meta.json. The
@@ -102,51 +99,9 @@ Result<nlohmann::json> FromPython(nb::handle obj, int depth) {
                               ", which is not a JSON value");
 }
 
-}  // namespace
-
-nb::object JsonToPython(const nlohmann::json& value) { return ToPython(value); }
-
-nb::object JsonTextToPython(std::string_view text) {
-  return ToPython(nlohmann::ordered_json::parse(text));
-}
-
-nb::dict PytreeMetaToPython(const PytreeInfo& info) {
-  nb::dict meta;
-  meta["kind"] = "pytree";
-  if (!info.registered_kind.empty()) meta["registered_kind"] = info.registered_kind;
-  meta["tree"] = ParsedToPython(info.tree_json);
-  nb::list leaves;
-  for (const LeafInfo& leaf : info.leaves) {
-    nb::dict l;
-    l["path"] = leaf.path;
-    const std::string_view kind = LeafKindName(leaf.kind);
-    l["kind"] = nb::str(kind.data(), kind.size());
-    if (leaf.dtype) {
-      const std::string_view dtype = DTypeName(*leaf.dtype);
-      l["dtype"] = nb::str(dtype.data(), dtype.size());
-    } else {
-      l["dtype"] = nb::none();
-    }
-    const bool shaped = leaf.kind == LeafKind::kArray || leaf.kind == LeafKind::kScalar;
-    l["shape"] = shaped ? nb::object(nb::cast(leaf.shape)) : nb::none();
-    l["sharding"] = leaf.sharding_json == "null" ? nb::none()
-                                                 : ParsedToPython(leaf.sharding_json);
-    if (!leaf.value_json.empty()) l["value"] = ParsedToPython(leaf.value_json);
-    if (!leaf.prng_impl.empty()) l["prng_impl"] = leaf.prng_impl;
-    leaves.append(l);
-  }
-  meta["leaves"] = leaves;
-  return meta;
-}
-
-Result<nb::dict> MetaTextToPython(const std::string& meta_json, const std::string& file) {
-  SK_ASSIGN_OR_RETURN(format::CheckpointableMeta meta,
-                      format::DecodeCheckpointableMeta(meta_json, file));
-  return nb::cast<nb::dict>(ToPython(nlohmann::json(format::CheckpointableMetaToJson(meta))));
-}
-
-Result<std::string> EncodeMeta(nb::handle meta) {
-  SK_ASSIGN_OR_RETURN(nlohmann::json document, FromPython(meta, 0));
+// Checks a meta.json document as the decoder checks a file's
+// (InvalidArgument naming the leaf or node) and writes its text.
+Result<std::string> EncodeDocument(nlohmann::json document) {
   Result<format::CheckpointableMeta> decoded = format::DecodeCheckpointableMetaDocument(
       std::move(document), "the meta.json of a checkpointable being saved");
   if (!decoded.ok()) return InvalidArgumentError(decoded.status().message());
@@ -157,18 +112,170 @@ Result<std::string> EncodeMeta(nb::handle meta) {
   return text;
 }
 
-void BindMetaFunctions(nb::module_& m) {
+// The JSON text of a Python value, for a field of LeafInfo or PytreeInfo
+// (InvalidArgumentError naming `field` when it is not JSON).
+std::string JsonTextOf(nb::handle value, const char* field) {
+  Result<nlohmann::json> json = FromPython(value, 0);
+  if (!json.ok()) Raise(InvalidArgumentError(std::string(field) + ": " + json.status().message()));
+  // `replace` keeps dump() from throwing on invalid UTF-8 in user strings.
+  return json->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A JSON text of LeafInfo or PytreeInfo as Python objects ("" is None).
+nb::object PythonOf(const std::string& text) {
+  return text.empty() ? nb::none() : ToPython(nlohmann::json::parse(text));
+}
+
+void SetDType(LeafInfo& leaf, const std::string& name) {
+  if (name.empty()) {
+    leaf.dtype.reset();
+    return;
+  }
+  Result<DType> dtype = DTypeFromName(name);
+  if (!dtype.ok()) Raise(InvalidArgumentError("LeafInfo.dtype: " + dtype.status().message()));
+  leaf.dtype = *dtype;
+}
+
+// Checks `info` as the decoder checks a meta.json (InvalidArgument naming
+// the leaf or node) and writes its text.
+Result<std::string> EncodePytreeMeta(const PytreeInfo& info) {
+  return EncodeDocument(format::PytreeDocumentOf(info));
+}
+
+}  // namespace
+
+Result<std::string> RegisteredKind(const std::string& meta_json, const std::string& file) {
+  SK_ASSIGN_OR_RETURN(format::CheckpointableMeta meta,
+                      format::DecodeCheckpointableMeta(meta_json, file));
+  return std::move(meta.registered_kind);
+}
+
+nb::object JsonToPython(const nlohmann::json& value) { return ToPython(value); }
+
+nb::object JsonTextToPython(std::string_view text) {
+  return ToPython(nlohmann::ordered_json::parse(text));
+}
+
+void BindMetaObjects(nb::module_& m) {
+  nb::enum_<LeafKind>(m, "LeafKind", "What a pytree leaf holds (docs/FORMAT.md §4).")
+      .value("ARRAY", LeafKind::kArray, "An array: dtype and shape, bytes in chunks.")
+      .value("SCALAR", LeafKind::kScalar, "A Python bool, int or float: dtype and value.")
+      .value("STRING", LeafKind::kString, "A Python str: its value.")
+      .value("NONE", LeafKind::kNone, "Python None.");
+
+  nb::class_<LeafInfo>(m, "LeafInfo", "One leaf of a pytree's meta.json (docs/FORMAT.md §4).")
+      .def(
+          "__init__",
+          [](LeafInfo* self, std::string path, LeafKind kind,
+             const std::string& dtype, std::vector<uint64_t> shape,
+             nb::handle sharding, nb::handle value, std::string prng_impl) {
+            LeafInfo leaf;
+            leaf.path = std::move(path);
+            leaf.kind = kind;
+            SetDType(leaf, dtype);
+            leaf.shape = std::move(shape);
+            leaf.sharding_json = JsonTextOf(sharding, "LeafInfo.sharding");
+            if (!value.is_none()) leaf.value_json = JsonTextOf(value, "LeafInfo.value");
+            leaf.prng_impl = std::move(prng_impl);
+            new (self) LeafInfo(std::move(leaf));
+          },
+          "path"_a, "kind"_a, "dtype"_a = "", "shape"_a = std::vector<uint64_t>{},
+          "sharding"_a = nb::none(), "value"_a = nb::none(), "prng_impl"_a = "")
+      .def_ro("index", &LeafInfo::index, "Its position in the pytree's leaves.")
+      .def_rw("path", &LeafInfo::path, "Its key path: keys escaped and joined by '/'.")
+      .def_rw("kind", &LeafInfo::kind)
+      .def_prop_rw(
+          "dtype",
+          [](const LeafInfo& leaf) {
+            return leaf.dtype ? std::string(DTypeName(*leaf.dtype)) : std::string();
+          },
+          SetDType, "The numpy dtype name of an array or scalar, else \"\".")
+      .def_rw("shape", &LeafInfo::shape, "An array's shape; [] for scalars and other kinds.")
+      .def_prop_rw(
+          "sharding", [](const LeafInfo& leaf) { return PythonOf(leaf.sharding_json); },
+          [](LeafInfo& leaf, nb::handle value) {
+            leaf.sharding_json = JsonTextOf(value, "LeafInfo.sharding");
+          },
+          nb::for_getter(nb::sig("def sharding(self, /) -> typing.Any")),
+          nb::for_setter(nb::sig("def sharding(self, value: typing.Any, /) -> None")),
+          nb::for_setter(nb::arg("value").none()),
+          "The saved sharding's description (shardings.describe), or None.")
+      .def_prop_rw(
+          "value", [](const LeafInfo& leaf) { return PythonOf(leaf.value_json); },
+          [](LeafInfo& leaf, nb::handle value) {
+            leaf.value_json = value.is_none() ? "" : JsonTextOf(value, "LeafInfo.value");
+          },
+          nb::for_getter(nb::sig("def value(self, /) -> typing.Any")),
+          nb::for_setter(nb::sig("def value(self, value: typing.Any, /) -> None")),
+          nb::for_setter(nb::arg("value").none()),
+          "A scalar's or string's value as saved (non-finite floats as \"nan\", \"inf\","
+          " \"-inf\"), else None.")
+      .def_rw("prng_impl", &LeafInfo::prng_impl,
+              "JAX's PRNG implementation of typed key data, else \"\".")
+      .def_prop_ro("nbytes", &LeafInfo::nbytes, "An array's size in bytes, else 0.")
+      .def("__repr__", [](const LeafInfo& leaf) {
+        return "LeafInfo(" + nb::cast<std::string>(nb::repr(nb::str(leaf.path.c_str()))) + ", " +
+               std::string(LeafKindName(leaf.kind)) + ")";
+      });
+
+  nb::class_<PytreeInfo>(m, "PytreeInfo",
+                         "A pytree checkpointable's meta.json: its tree and its leaves.")
+      .def(
+          "__init__",
+          [](PytreeInfo* self, nb::handle tree, std::vector<LeafInfo> leaves,
+             std::string registered_kind) {
+            PytreeInfo info;
+            info.tree_json = JsonTextOf(tree, "PytreeInfo.tree");
+            info.leaves = std::move(leaves);
+            for (size_t i = 0; i < info.leaves.size(); ++i) {
+              info.leaves[i].index = static_cast<uint32_t>(i);
+            }
+            info.registered_kind = std::move(registered_kind);
+            new (self) PytreeInfo(std::move(info));
+          },
+          "tree"_a, "leaves"_a, "registered_kind"_a = "")
+      .def_prop_ro(
+          "tree", [](const PytreeInfo& info) { return PythonOf(info.tree_json); },
+          nb::sig("def tree(self, /) -> typing.Any"),
+          "The structure (docs/FORMAT.md §4.1) as dicts and lists.")
+      .def_ro("leaves", &PytreeInfo::leaves, "The leaves, in flattening order.")
+      .def_ro("registered_kind", &PytreeInfo::registered_kind,
+              "The kind registered in the Python front it was saved as, or \"\".")
+      .def_ro("stored_bytes", &PytreeInfo::stored_bytes,
+              "Per leaf, its chunks' bytes as stored (read from a checkpoint; else empty).");
+
   m.def(
-      "encode_meta", [](nb::handle meta) { return ValueOrRaise(EncodeMeta(meta)); }, "meta"_a,
-      "meta.json's text for a meta dict, checked and written by the core.");
+      "encode_pytree_meta",
+      [](const PytreeInfo& info) { return ValueOrRaise(EncodePytreeMeta(info)); }, "info"_a,
+      "meta.json's text for a pytree, checked and written by the core (InvalidArgumentError"
+      " naming the leaf or tree node otherwise).");
   m.def(
-      "decode_meta",
+      "encode_value_meta",
+      [](const std::string& kind, const std::string& registered_kind) {
+        nlohmann::json document{{"kind", kind}};
+        if (!registered_kind.empty()) document["registered_kind"] = registered_kind;
+        return ValueOrRaise(EncodeDocument(std::move(document)));
+      },
+      "kind"_a, "registered_kind"_a = "",
+      "meta.json's text for a json or bytes checkpointable (registered_kind: the kind"
+      " registered in the Python front it is saved as, or \"\").");
+  m.def(
+      "registered_kind",
       [](const std::string& text, const std::string& file) {
-        return ValueOrRaise(MetaTextToPython(text, file));
+        return ValueOrRaise(RegisteredKind(text, file));
       },
       "text"_a, "file"_a,
-      "The dict a meta.json text holds, checked by the core's decoder (CorruptionError naming"
-      " file otherwise).");
+      "The kind registered in the Python front that a meta.json text was saved as, or \"\""
+      " (CorruptionError naming file when the text does not decode).");
+  m.def(
+      "decode_pytree_meta",
+      [](const std::string& text, const std::string& file) {
+        return format::PytreeInfoOf(
+            ValueOrRaise(format::DecodeCheckpointableMeta(text, file)));
+      },
+      "text"_a, "file"_a,
+      "The pytree a meta.json text holds, checked by the core's decoder (CorruptionError"
+      " naming file otherwise).");
 }
 
 }  // namespace shardkeep::binding

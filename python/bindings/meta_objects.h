@@ -1,6 +1,7 @@
 // meta.json as Python objects. The core owns the format: it checks and
-// encodes the meta a save hands over, and decodes what a load reads; the
-// Python front only builds and reads the plain dicts and lists below.
+// encodes the meta a save hands over, and decodes what a load reads. The
+// Python front builds and reads the core's own PytreeInfo and LeafInfo
+// (shardkeep/contents.h), bound here with LeafKind, never dicts.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -10,7 +11,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shardkeep/contents.h"
 #include "shardkeep/status.h"
 
 namespace shardkeep::binding {
@@ -21,21 +21,12 @@ nanobind::object JsonToPython(const nlohmann::json& value);
 // objects' members in the order of the text.
 nanobind::object JsonTextToPython(std::string_view text);
 
-// {"kind": "pytree", "tree": ..., "leaves": [...]} (plus "registered_kind"
-// when set), leaves as docs/FORMAT.md §4 spells their fields.
-nanobind::dict PytreeMetaToPython(const PytreeInfo& info);
+// The registered_kind of a meta.json text ("" when none): Corruption
+// naming `file` when the text does not decode.
+Result<std::string> RegisteredKind(const std::string& meta_json, const std::string& file);
 
-// A meta.json text (any kind) as the dict it holds, checked by the core's
-// decoder: Corruption naming `file` otherwise.
-Result<nanobind::dict> MetaTextToPython(const std::string& meta_json,
-                                         const std::string& file);
-
-// meta.json's text for `meta`, a dict of the form above, checked by the
-// core's decoder (InvalidArgument naming the leaf or node otherwise).
-// REQUIRES: the GIL.
-Result<std::string> EncodeMeta(nanobind::handle meta);
-
-// Defines encode_meta and decode_meta in `m`.
-void BindMetaFunctions(nanobind::module_& m);
+// Defines LeafKind, LeafInfo, PytreeInfo, encode_pytree_meta,
+// encode_value_meta, registered_kind and decode_pytree_meta in `m`.
+void BindMetaObjects(nanobind::module_& m);
 
 }  // namespace shardkeep::binding

@@ -35,8 +35,8 @@ def _target(state):
 def test_each_shard_stored_as_one_raw_chunk_is_located_in_its_data_file(ckpt):
     sk.save(ckpt, _state())
     reader = _core.Reader(ckpt)
-    number = {leaf["path"]: i
-              for i, leaf in enumerate(reader.meta("state")["leaves"])}
+    number = {leaf.path: i
+              for i, leaf in enumerate(reader.pytree("state").leaves)}
     b, w = number["b"], number["w"]
     requests = [_core.ReadRequest(b, "int32", [0, 0], [8, 16]),
                 _core.ReadRequest(w, "float32", [8, 0], [8, 48]),
@@ -111,8 +111,8 @@ def test_chunks_start_at_64_byte_offsets_so_odd_sizes_do_not_stop_mapping(ckpt):
     assert len(records) == 4
     assert all(r["offset"] % 64 == 0 for r in records)
     reader = _core.Reader(ckpt)
-    leaves = reader.meta("state")["leaves"]
-    requests = [_core.ReadRequest(i, leaf["dtype"], [0] * len(leaf["shape"]), leaf["shape"])
+    leaves = reader.pytree("state").leaves
+    requests = [_core.ReadRequest(i, leaf.dtype, [0] * len(leaf.shape), leaf.shape)
                 for i, leaf in enumerate(leaves)]
     assert all(found is not None for found in reader.locate("state", requests))
     loaded = sk.load(ckpt, options=MAPPED)

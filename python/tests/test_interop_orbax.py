@@ -191,8 +191,8 @@ def test_replicated_boxes_are_read_once_and_fsdp_reads_only_own_rows(saved, monk
     original = orbax_reader.OrbaxSource.read
 
     def counting_read(source, requests):
-        leaves = source.meta()["leaves"]
-        reads.extend((leaves[r.leaf]["path"], tuple(r.origin), tuple(r.shape)) for r in requests)
+        leaves = source.meta().leaves
+        reads.extend((leaves[r.leaf].path, tuple(r.origin), tuple(r.shape)) for r in requests)
         return original(source, requests)
 
     monkeypatch.setattr(orbax_reader.OrbaxSource, "read", counting_read)

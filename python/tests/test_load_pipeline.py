@@ -87,7 +87,7 @@ def test_placement_overlaps_the_next_reads(tmp_path, monkeypatch, small_batches)
     read = load_source.CoreSource.read
 
     def waiting_read(self, requests):
-        paths = {self.meta()["leaves"][r.leaf]["path"] for r in requests}
+        paths = {self.meta().leaves[r.leaf].path for r in requests}
         if batches:
             before = batches[-1]
             with changed:

@@ -25,8 +25,8 @@ def saved(ckpt):
     b = rng.integers(0, 100, (8, 16), dtype=np.int32)
     sk.save(ckpt, {"w": jax.device_put(w, NamedSharding(mesh, P("x"))), "b": b})
     reader = _core.Reader(ckpt)
-    number = {leaf["path"]: i
-              for i, leaf in enumerate(reader.meta("state")["leaves"])}
+    number = {leaf.path: i
+              for i, leaf in enumerate(reader.pytree("state").leaves)}
     return reader, number, w, b
 
 

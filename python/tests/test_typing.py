@@ -113,16 +113,14 @@ def test_fields_read_back_as_set_and_a_part_has_a_list_of_its_own():
 def test_a_shard_round_trips_through_a_save_and_a_read(tmp_path):
     """SavePart and Shard into start_save, ReadRequest out of Reader.read;
     a shard's data replaced after it was built is what the save writes."""
-    meta = {"kind": "pytree",
-            "tree": {"type": "list", "children": [{"type": "leaf", "leaf": 0}]},
-            "leaves": [{"path": "0", "kind": "array", "dtype": "float32", "shape": [2, 3],
-                        "sharding": None}]}
+    meta = _core.PytreeInfo({"type": "list", "children": [{"type": "leaf", "leaf": 0}]},
+                            [_core.LeafInfo("0", _core.LeafKind.ARRAY, "float32", [2, 3])])
     values = np.arange(6, dtype=np.float32).reshape(2, 3)
     shard = _core.Shard(0, "float32", [0, 0], [2, 3], np.zeros(24, np.uint8))
     shard.data = values.reshape(-1).view(np.uint8)
     path = str(tmp_path / "ckpt")
-    part = _core.SavePart("state", "pytree", _core.encode_meta(meta), shards=[shard])
-    notes = _core.SavePart("notes", "bytes", _core.encode_meta({"kind": "bytes"}), b"hello")
+    part = _core.SavePart("state", "pytree", _core.encode_pytree_meta(meta), shards=[shard])
+    notes = _core.SavePart("notes", "bytes", _core.encode_value_meta("bytes"), b"hello")
     queued = background_saves.start(lambda: _core.start_save(path, [part, notes]), path, 60.0)
     assert queued.result(None)
     reader = _core.Reader(path)

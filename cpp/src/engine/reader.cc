@@ -16,6 +16,7 @@
 #include "format/checkpointable_meta.h"
 #include "format/commit_record.h"
 #include "format/index.h"
+#include "format/pytree_info.h"
 #include "shardkeep/checkpoint.h"
 
 namespace shardkeep {
@@ -144,28 +145,12 @@ class Reader final : public CheckpointReader {
                                   " is a " + kind + " value, not a pytree");
     }
     SK_ASSIGN_OR_RETURN(OpenCheckpointable* part, Open(name));
-    const format::CheckpointableMeta& meta = part->meta;
-    PytreeInfo info;
-    info.registered_kind = meta.registered_kind;
-    info.tree_json = meta.tree.dump();
-    info.leaves.reserve(meta.leaves.size());
-    info.stored_bytes.assign(meta.leaves.size(), 0);
-    for (size_t i = 0; i < meta.leaves.size(); ++i) {
-      const format::LeafMeta& leaf = meta.leaves[i];
-      LeafInfo out;
-      out.index = static_cast<uint32_t>(i);
-      out.path = leaf.path;
-      out.kind = leaf.kind;
-      // The decoder has checked the names of array and scalar dtypes.
-      if (auto dtype = DTypeFromName(leaf.dtype); dtype.ok()) out.dtype = *dtype;
-      out.shape = leaf.shape;
-      out.sharding_json = leaf.sharding.dump();
-      if (!leaf.value.is_null()) out.value_json = leaf.value.dump();
-      out.prng_impl = leaf.prng_impl;
+    PytreeInfo info = format::PytreeInfoOf(part->meta);
+    info.stored_bytes.assign(info.leaves.size(), 0);
+    for (size_t i = 0; i < info.leaves.size(); ++i) {
       for (const StoredChunk& chunk : part->chunks_by_leaf[i]) {
         info.stored_bytes[i] += chunk.record.stored_length;
       }
-      info.leaves.push_back(std::move(out));
     }
     return info;
   }

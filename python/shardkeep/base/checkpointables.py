@@ -97,9 +97,6 @@ def value_part(name: str, base: Classified) -> _core.SavePart:
     ``shardkeep.saving.staging``)."""
     if base.kind not in ("json", "bytes"):
         raise ValueError(f"value_part of a {base.kind} checkpointable")
-    meta: dict[str, str] = {"kind": base.kind}
-    if base.registered_kind is not None:
-        meta["registered_kind"] = base.registered_kind
     if base.kind == "json":
         try:
             value = json.dumps(base.value, allow_nan=False, ensure_ascii=False).encode()
@@ -107,11 +104,12 @@ def value_part(name: str, base: Classified) -> _core.SavePart:
             raise InvalidArgumentError(f"checkpointable {name!r} is not valid JSON: {e}") from e
     else:
         value = bytes(base.value)
-    return _core.SavePart(name, base.kind, _core.encode_meta(meta), value)
+    meta = _core.encode_value_meta(base.kind, base.registered_kind or "")
+    return _core.SavePart(name, base.kind, meta, value)
 
 
-def decode(meta: dict, base_value: Any) -> Any:
-    """Applies a registered kind's ``load`` to a loaded base value, if any."""
-    name = meta.get("registered_kind")
-    registered = _registry.get(name) if name is not None else None
+def decode(registered_kind: str, base_value: Any) -> Any:
+    """Applies a registered kind's ``load`` to a loaded base value, if any
+    (``registered_kind``: the one it was saved as, or "")."""
+    registered = _registry.get(registered_kind) if registered_kind else None
     return registered.load(base_value) if registered is not None else base_value

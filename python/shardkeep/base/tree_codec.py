@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import keyword
+import math
 import re
 from typing import Any, Sequence
 
@@ -163,3 +164,22 @@ def _namedtuple_class(name: str, fields: tuple[str, ...]) -> type:
     cls = collections.namedtuple(type_name, fields, rename=True)  # type: ignore[misc]
     _namedtuple_classes[(name, fields)] = cls
     return cls
+
+
+def value_leaf(path: str, value: bool | int | float | str) -> _core.LeafInfo:
+    """The meta.json entry of a bool, int, float or str leaf, with its value."""
+    if isinstance(value, str):
+        return _core.LeafInfo(path, _core.LeafKind.STRING, value=value)
+    encoded: bool | int | float | str
+    if isinstance(value, bool):
+        dtype, encoded = "bool", value
+    elif isinstance(value, int):
+        if not -2**63 <= value < 2**63:
+            raise InvalidArgumentError(f"int leaf {path!r} = {value} does not fit in int64")
+        dtype, encoded = "int64", value
+    else:
+        dtype = "float64"
+        # JSON has no non-finite numbers: they are saved as strings.
+        encoded = ("nan" if math.isnan(value) else
+                   ("inf" if value > 0 else "-inf") if math.isinf(value) else value)
+    return _core.LeafInfo(path, _core.LeafKind.SCALAR, dtype, [], value=encoded)

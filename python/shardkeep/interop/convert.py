@@ -72,42 +72,37 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
 
 
 def _save_source(src, dst, source: Source, step: int | None, options: options_lib.Options) -> None:
-    leaves = source.meta()["leaves"]
+    meta = source.meta()
+    leaves = meta.leaves
     progress = Progress(f"convert {os.fspath(src)}", len(leaves),
-                        sum(_nbytes(leaf) for leaf in leaves))
+                        sum(leaf.nbytes for leaf in leaves))
     values = [_value_of(source, number, leaf, progress) for number, leaf in enumerate(leaves)]
     try:
-        save(dst, tree_codec.rebuild(source.meta()["tree"], values), options=options, step=step)
+        save(dst, tree_codec.rebuild(meta.tree, values), options=options, step=step)
     finally:
         progress.finish()
 
 
-def _nbytes(leaf: dict) -> int:
-    if leaf["kind"] != "array":
-        return 0
-    return math.prod(leaf["shape"]) * dtypes.from_name(leaf["dtype"]).itemsize
-
-
-def _value_of(source: Source, number: int, leaf: dict, progress: Progress) -> Any:
+def _value_of(source: Source, number: int, leaf: _core.LeafInfo, progress: Progress) -> Any:
     """What the saved tree holds for a leaf: an ArraySource for arrays
     (read as the writers need them), typed keys for key data (small: read
     now), the value itself otherwise."""
-    if leaf["kind"] != "array":
+    if leaf.kind != _core.LeafKind.ARRAY:
         progress.advance(1, 0)
-        return None if leaf["kind"] == "none" else leaf["value"]
-    if leaf.get("prng_impl") or _nbytes(leaf) == 0:
-        progress.advance(1, _nbytes(leaf))
-        data = _read_box(source, number, leaf, (0,) * len(leaf["shape"]), tuple(leaf["shape"]))
-        if leaf.get("prng_impl"):
-            return prng_keys.wrap(jax.numpy.asarray(data), leaf["prng_impl"])
+        return leaf.value if leaf.kind != _core.LeafKind.NONE else None
+    if leaf.prng_impl or leaf.nbytes == 0:
+        progress.advance(1, leaf.nbytes)
+        data = _read_box(source, number, leaf, (0,) * len(leaf.shape), tuple(leaf.shape))
+        if leaf.prng_impl:
+            return prng_keys.wrap(jax.numpy.asarray(data), leaf.prng_impl)
         return data
-    return ArraySource(tuple(leaf["shape"]), dtypes.from_name(leaf["dtype"]),
+    return ArraySource(tuple(leaf.shape), dtypes.from_name(leaf.dtype),
                        _ChunkReads(source, number, leaf, progress))
 
 
-def _read_box(source: Source, number: int, leaf: dict, origin: tuple, shape: tuple) -> np.ndarray:
-    out = np.empty(shape, dtypes.from_name(leaf["dtype"]))
-    source.read([_core.ReadRequest(number, leaf["dtype"], origin, shape, dtypes.as_bytes(out))])
+def _read_box(source: Source, number: int, leaf: _core.LeafInfo, origin: tuple, shape: tuple) -> np.ndarray:
+    out = np.empty(shape, dtypes.from_name(leaf.dtype))
+    source.read([_core.ReadRequest(number, leaf.dtype, origin, shape, dtypes.as_bytes(out))])
     return out
 
 
@@ -116,18 +111,18 @@ class _ChunkReads:
     or, for a source that reads whole leaves (DCP), sliced from the whole
     leaf, asked of the source once and dropped when its last box is out."""
 
-    def __init__(self, source: Source, number: int, leaf: dict, progress: Progress):
+    def __init__(self, source: Source, number: int, leaf: _core.LeafInfo, progress: Progress):
         self._source, self._number, self._leaf = source, number, leaf
         self._progress = progress
         self._lock = threading.Lock()
-        self._remaining = _nbytes(leaf)
+        self._remaining = leaf.nbytes
         self._whole: np.ndarray | None = None  # while boxes of a whole read are out
 
     def __call__(self, origin: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
         if self._source.reads_whole_leaves:
             with self._lock:
                 if self._whole is None:
-                    full = tuple(self._leaf["shape"])
+                    full = tuple(self._leaf.shape)
                     self._whole = _read_box(self._source, self._number, self._leaf,
                                             (0,) * len(full), full)
                 whole = self._whole

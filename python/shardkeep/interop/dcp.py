@@ -37,7 +37,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import _core
-from ..base import dtypes
+from ..base import dtypes, tree_codec
 from .. import options as options_lib
 from ..errors import CorruptionError, InvalidArgumentError, NotFoundError
 from ..loading.load_source import Source, Span, destination
@@ -62,7 +62,6 @@ _VIEWED = {
 _NATIVE = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
            "float16", "float32", "float64", "complex64", "complex128")
 _INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
-_SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
 _MAX_READ_THREADS = 8
 
 
@@ -94,9 +93,10 @@ class DcpSource(Source):
                    for fqn, item in items.items()]
         tree = _core.tree_of_keys(self.where, [(keys, _core.KeyedValue.LEAF)
                                                for keys, _ in entries])
-        self._meta: dict[str, Any] = {"tree": tree, "leaves": [leaf for _, leaf in entries]}
+        self._meta = _core.PytreeInfo(tree, [leaf for _, leaf in entries])
+        self._leaves = self._meta.leaves
 
-    def meta(self) -> dict:
+    def meta(self) -> _core.PytreeInfo:
         return self._meta
 
     def read(self, requests: list[_core.ReadRequest]) -> None:
@@ -106,7 +106,7 @@ class DcpSource(Source):
         holds that many keys, not all of them."""
         by_leaf: dict[int, list[_core.ReadRequest]] = {}
         for request in requests:
-            _core.check_cast(self._meta["leaves"][request.leaf]["dtype"], request.dtype,
+            _core.check_cast(self._leaves[request.leaf].dtype, request.dtype,
                              self._allow_lossy, self._leaf_keys[request.leaf][1])
             by_leaf.setdefault(request.leaf, []).append(request)
         reading: collections.deque = collections.deque()
@@ -131,14 +131,14 @@ class DcpSource(Source):
         """The buffer of ``requests`` as leaf ``number``'s array when they
         are one request for all of it in its stored dtype (conversion's
         reads, a load onto the saved layout of a single device), else None."""
-        leaf = self._meta["leaves"][number]
+        leaf = self._leaves[number]
         if len(requests) != 1:
             return None
-        request, shape = requests[0], tuple(leaf["shape"])
-        if (request.dtype != leaf["dtype"] or tuple(request.shape) != shape
+        request, shape = requests[0], tuple(leaf.shape)
+        if (request.dtype != leaf.dtype or tuple(request.shape) != shape
                 or any(request.origin)):
             return None
-        return destination(request).view(dtypes.from_name(leaf["dtype"])).reshape(shape)
+        return destination(request).view(dtypes.from_name(leaf.dtype)).reshape(shape)
 
     def _read_metadata(self):
         file = os.path.join(self.directory, DCP_METADATA_FILE)
@@ -158,7 +158,7 @@ class DcpSource(Source):
             f" and {len(fqns) - 3} more" if len(fqns) > 3 else "")
         return self._load(dict.fromkeys(fqns), f"{self.where}: values of keys {named}")
 
-    def _describe(self, fqn: str, item, values: dict[str, Any]) -> dict:
+    def _describe(self, fqn: str, item, values: dict[str, Any]) -> _core.LeafInfo:
         """The meta.json description of key ``fqn``."""
         path = _core.key_path([name for name, _ in self._keys(fqn)])
         where = f"{self.where}: key {fqn!r} (leaf {path!r})"
@@ -167,12 +167,9 @@ class DcpSource(Source):
         if fqn in values:
             value = values[fqn]
             if value is None:
-                return {"path": path, "kind": "none"}
-            if isinstance(value, str):
-                return {"path": path, "kind": "string", "value": value}
-            if isinstance(value, (bool, int, float)):
-                return {"path": path, "kind": "scalar", "value": value,
-                        "dtype": _SCALAR_DTYPES[type(value)]}
+                return _core.LeafInfo(path, _core.LeafKind.NONE)
+            if isinstance(value, (bool, int, float, str)):
+                return tree_codec.value_leaf(path, value)
             raise InvalidArgumentError(
                 f"{where}: holds a {type(value).__name__}; shardkeep stores Python values"
                 " only of types bool, int, float, str and None")
@@ -183,8 +180,8 @@ class DcpSource(Source):
             dtype = np.dtype(torch_dtype)
         else:
             raise InvalidArgumentError(f"{where}: torch dtype {torch_dtype} has no numpy form")
-        return {"path": path, "kind": "array", "dtype": dtypes.name_of(dtype),
-                "shape": [int(n) for n in item.size], "sharding": None}
+        return _core.LeafInfo(path, _core.LeafKind.ARRAY, dtypes.name_of(dtype),
+                              [int(n) for n in item.size])
 
     def _keys(self, fqn: str):
         """The leaf's keys: DCP's record of the nested state dict (ints are
@@ -198,9 +195,9 @@ class DcpSource(Source):
         """Leaf ``number`` as stored, read into ``into`` (its shape and
         dtype) or a new array."""
         fqn, where, torch_dtype = self._leaf_keys[number]
-        leaf = self._meta["leaves"][number]
-        dtype = dtypes.from_name(leaf["dtype"])
-        array = into if into is not None else np.empty(leaf["shape"], dtype)
+        leaf = self._leaves[number]
+        dtype = dtypes.from_name(leaf.dtype)
+        array = into if into is not None else np.empty(leaf.shape, dtype)
         if dtype.name in _VIEWED:
             view = self._torch.from_numpy(array.view(_INT_OF_SIZE[dtype.itemsize]))
             tensor = view.view(torch_dtype)

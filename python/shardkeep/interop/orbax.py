@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from ..base import dtypes
+from ..base import dtypes, tree_codec
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
 from ..loading.load_source import Source, Span, destination
@@ -86,9 +86,9 @@ class OrbaxSource(Source):
         tree = _core.tree_of_keys(self.where, [
             (e["keys"], _EMPTY_CONTAINERS.get(e["value_type"], _core.KeyedValue.LEAF))
             for e in entries])
-        self._meta: dict[str, Any] = {"tree": tree, "leaves": leaves}
+        self._meta = _core.PytreeInfo(tree, leaves)
 
-    def meta(self) -> dict:
+    def meta(self) -> _core.PytreeInfo:
         return self._meta
 
     @property
@@ -102,7 +102,7 @@ class OrbaxSource(Source):
             return None
         return int(match.group(1))
 
-    def _describe(self, entry: dict, opened, strings: dict, key_impls: dict) -> dict:
+    def _describe(self, entry: dict, opened, strings: dict, key_impls: dict) -> _core.LeafInfo:
         keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]
         path = _key_path(keys)
         where = f"{self.where}: leaf {path!r} (array {param!r})"
@@ -111,9 +111,9 @@ class OrbaxSource(Source):
             if not isinstance(strings, dict) or not isinstance(strings.get(param), str):
                 raise NotFoundError(f"{self.where}: string leaf {path!r} is not"
                                     f" in {_STRINGS_FILE} under {param!r}")
-            leaf = {"path": path, "kind": "string", "value": strings[param]}
+            leaf = tree_codec.value_leaf(path, strings[param])
         elif value_type == "None":
-            leaf = {"path": path, "kind": "none"}
+            leaf = _core.LeafInfo(path, _core.LeafKind.NONE)
         else:
             store = _result(opened, where)
             if any(m != 0 for m in store.domain.inclusive_min):
@@ -121,14 +121,11 @@ class OrbaxSource(Source):
             dtype = np.dtype(store.dtype.numpy_dtype)
             if value_type == "scalar":
                 value = _result(store.read(), where)[()].item()
-                leaf = {"path": path, "kind": "scalar", "value": value,
-                        "dtype": _SCALAR_DTYPES[type(value)]}
+                leaf = tree_codec.value_leaf(path, value)
                 store = None
             else:
-                leaf = {"path": path, "kind": "array", "dtype": dtypes.name_of(dtype),
-                        "shape": list(store.shape), "sharding": None}
-                if param in key_impls:
-                    leaf["prng_impl"] = key_impls[param]
+                leaf = _core.LeafInfo(path, _core.LeafKind.ARRAY, dtypes.name_of(dtype),
+                                      list(store.shape), prng_impl=key_impls.get(param, ""))
         self._stores.append(store)
         self._names.append(where)
         return leaf
@@ -182,7 +179,6 @@ class OrbaxSource(Source):
 
 
 # The meta.json dtype of a Python scalar, by the type Orbax stored it as.
-_SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
 
 
 def _key_impls(directory: str) -> dict[str, str]:

@@ -61,10 +61,10 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     core_options = options.to_core()
     reader = _core.open_safetensors(path, core_options)
     map_files = options.map_files and _core.Location(path).local_path is not None
-    meta = reader.meta(_TENSORS)
-    names = [_core.unescape_key(leaf["path"]) for leaf in meta["leaves"]]
+    meta = reader.pytree(_TENSORS)
+    names = [_core.unescape_key(leaf.path) for leaf in meta.leaves]
     if target is None:
-        meta = {**meta, "tree": _nested_dicts(path, names)}
+        meta = _core.PytreeInfo(_nested_dicts(path, names), meta.leaves)
     else:
         meta = _renamed_for(path, meta, names, target, key_map)
     source = CoreSource(reader, _TENSORS, path, core_options, map_files=map_files, meta=meta)
@@ -76,14 +76,16 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
                                   donate=options.donate_target)
 
 
-def _renamed_for(path: str, meta: dict, names: list[str], target: Any,
-                 key_map: KeyMap | None) -> dict:
+def _renamed_for(path: str, meta: _core.PytreeInfo, names: list[str], target: Any,
+                 key_map: KeyMap | None) -> _core.PytreeInfo:
     """``meta`` with each tensor wanted by ``target`` named by its leaf's key
     path, so that the planner matches them; other tensors keep names no key
     path can take."""
     keyed, _ = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     number = {name: i for i, name in enumerate(names)}
-    leaves = [{**leaf, "path": "\0" + leaf["path"]} for leaf in meta["leaves"]]
+    leaves = meta.leaves
+    for leaf in leaves:
+        leaf.path = "\0" + leaf.path
     missing = []
     for keys, _ in keyed:
         key_path = tree_codec.path_str(keys)
@@ -91,11 +93,11 @@ def _renamed_for(path: str, meta: dict, names: list[str], target: Any,
         if tensor not in number:
             missing.append(f"{key_path!r} (tensor {tensor!r})")
             continue
-        leaves[number[tensor]]["path"] = key_path
+        leaves[number[tensor]].path = key_path
     if missing:
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
         raise IncompatibleError(f"{path}: target leaves without a tensor: {shown}")
-    return {**meta, "leaves": leaves}
+    return _core.PytreeInfo(meta.tree, leaves)
 
 
 def _tensor_name(keys, key_path: str, key_map: KeyMap | None) -> str:
@@ -128,20 +130,20 @@ def safetensors_sources(path, *, options: options_lib.Options | None = None) -> 
     path = os.fspath(path)
     core_options = options_lib.resolve(options).to_core()
     reader = _core.open_safetensors(path, core_options)
-    meta = reader.meta(_TENSORS)
-    names = [_core.unescape_key(leaf["path"]) for leaf in meta["leaves"]]
+    leaves = reader.pytree(_TENSORS).leaves
+    names = [_core.unescape_key(leaf.path) for leaf in leaves]
     sources = [_source_of(reader, number, leaf, core_options)
-               for number, leaf in enumerate(meta["leaves"])]
+               for number, leaf in enumerate(leaves)]
     return tree_codec.rebuild(_nested_dicts(path, names), sources)
 
 
-def _source_of(reader, number: int, leaf: dict, core_options) -> ArraySource:
-    dtype = dtypes.from_name(leaf["dtype"])
+def _source_of(reader, number: int, leaf: _core.LeafInfo, core_options) -> ArraySource:
+    dtype = dtypes.from_name(leaf.dtype)
 
     def read(origin, shape):
         out = np.empty(shape, dtype)
-        reader.read(_TENSORS, [_core.ReadRequest(number, leaf["dtype"], origin, shape,
+        reader.read(_TENSORS, [_core.ReadRequest(number, leaf.dtype, origin, shape,
                                                  dtypes.as_bytes(out))], core_options)
         return out
 
-    return ArraySource(tuple(leaf["shape"]), dtype, read)
+    return ArraySource(tuple(leaf.shape), dtype, read)

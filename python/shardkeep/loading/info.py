@@ -97,19 +97,17 @@ def metadata(path, *, options: options_lib.Options | None = None) -> CheckpointI
     parts = {}
     for name, kind in record.checkpointables.items():
         if kind == "pytree":
-            meta = reader.meta(name)
-            leaves = tuple(_leaf_info(leaf) for leaf in meta["leaves"])
-            parts[name] = CheckpointableInfo(name, kind, leaves, meta["tree"])
+            meta = reader.pytree(name)
+            leaves = tuple(_leaf_info(leaf) for leaf in meta.leaves)
+            parts[name] = CheckpointableInfo(name, kind, leaves, meta.tree)
         else:
             parts[name] = CheckpointableInfo(name, kind)
     return CheckpointInfo(path, record.step, parts, record.custom_metadata, record.metrics,
                           record.document())
 
 
-def _leaf_info(leaf: dict) -> LeafInfo:
-    shape = tuple(leaf["shape"]) if leaf.get("shape") is not None else None
-    size = 0
-    if leaf["kind"] == "array" and shape is not None:
-        size = math.prod(shape) * dtypes.from_name(leaf["dtype"]).itemsize
-    return LeafInfo(leaf["path"], leaf["kind"], leaf.get("dtype"), shape,
-                    leaf.get("sharding"), size, leaf.get("value"), leaf.get("prng_impl"))
+def _leaf_info(leaf: _core.LeafInfo) -> LeafInfo:
+    shaped = leaf.kind in (_core.LeafKind.ARRAY, _core.LeafKind.SCALAR)
+    return LeafInfo(leaf.path, leaf.kind.name.lower(), leaf.dtype or None,
+                    tuple(leaf.shape) if shaped else None, leaf.sharding, leaf.nbytes,
+                    leaf.value, leaf.prng_impl or None)

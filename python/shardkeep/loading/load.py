@@ -117,18 +117,16 @@ def _load_one(reader, origin: unchanged.Origin, kind: str, target: Any, partial:
               core_options, map_files: bool, broadcast: bool, donate: bool) -> Any:
     name = origin.checkpointable
     where = f"{origin.checkpoint}/{name}"
-    meta = reader.meta(name)
     if kind == "pytree":
-        source = CoreSource(reader, name, where, core_options, map_files=map_files, meta=meta,
+        source = CoreSource(reader, name, where, core_options, map_files=map_files,
                             origin=origin)
         with gc_paused():
             value = load_executor.load(source, target, partial=partial, broadcast=broadcast,
                                        allow_lossy_cast=core_options.allow_lossy_cast,
                                        timeout_s=core_options.timeout_s, donate=donate)
-    elif target is not None:
+        return checkpointables.decode(source.meta().registered_kind, value)
+    if target is not None:
         raise InvalidArgumentError(f"{where} is of kind {kind!r}, which takes no target")
-    elif kind == "json":
-        value = json.loads(reader.read_value(name))
-    else:
-        value = reader.read_value(name)
-    return checkpointables.decode(meta, value)
+    raw = reader.read_value(name)
+    value = json.loads(raw) if kind == "json" else raw
+    return checkpointables.decode(reader.registered_kind(name), value)

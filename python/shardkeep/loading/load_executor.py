@@ -182,11 +182,11 @@ def _remember(source: Source, leaves: Sequence[LeafPlan], values: list) -> None:
     save based on this checkpoint takes them from there
     (``shardkeep.base.unchanged``)."""
     assert source.origin is not None
-    stored = source.meta()["leaves"]
+    stored = source.meta().leaves
     for leaf, value in zip(leaves, values):
         if (leaf.finish is Finish.SHARDED and leaf.slots
                 and unchanged.worth_remembering(value)
-                and all(dtypes.name_of(slot.dtype) == stored[slot.number]["dtype"]
+                and all(dtypes.name_of(slot.dtype) == stored[slot.number].dtype
                         for slot in leaf.slots)):
             unchanged.note_loaded(value, source.origin, leaf.path)
 

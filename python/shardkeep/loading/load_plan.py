@@ -108,7 +108,7 @@ class LoadPlan:
         return jax.tree_util.tree_unflatten(self.treedef, values)
 
 
-def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool,
+def plan(where: str, meta: _core.PytreeInfo, target: Any, *, partial: bool, broadcast: bool,
          allow_lossy_cast: bool, donate: bool = False) -> LoadPlan:
     """The plan of loading the leaves ``meta`` describes onto ``target``.
 
@@ -122,10 +122,10 @@ def plan(where: str, meta: dict, target: Any, *, partial: bool, broadcast: bool,
     to the load (``donation``; not with load-and-broadcast, whose received
     boxes go to memory of its own).
     """
-    saved = meta["leaves"]
+    saved = meta.leaves
     if target is None:
         return LoadPlan(where, tuple(_plan_leaf(where, i, leaf, None, allow_lossy_cast)
-                                     for i, leaf in enumerate(saved)), tree=meta["tree"])
+                                     for i, leaf in enumerate(saved)), tree=meta.tree)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     paths = [tree_codec.path_str(keys) for keys, _ in keyed]
     numbers = _match(where, paths, saved, partial)
@@ -152,21 +152,21 @@ def _with_donors(leaves: list[LeafPlan], targets: list) -> list[LeafPlan]:
     return out
 
 
-def _match(where: str, target_paths: list[str], saved: list[dict], partial: bool) -> list[int]:
+def _match(where: str, target_paths: list[str], saved: list[_core.LeafInfo], partial: bool) -> list[int]:
     """The saved leaf number of each target leaf; errors list any mismatch.
 
     A None in the checkpoint needs no counterpart in the target: it holds
     nothing, and pytree libraries flatten empty nodes (optax's EmptyState)
     to no leaf at all.
     """
-    number = {leaf["path"]: i for i, leaf in enumerate(saved)}
+    number = {leaf.path: i for i, leaf in enumerate(saved)}
     if len(set(target_paths)) != len(target_paths):
         dup = sorted({p for p in target_paths if target_paths.count(p) > 1})
         raise InvalidArgumentError(f"{where}: target leaves share key paths {_listing(dup)}")
     missing = [p for p in target_paths if p not in number]
     wanted = set(target_paths)
-    extra = [] if partial else sorted(leaf["path"] for leaf in saved
-                                      if leaf["path"] not in wanted and leaf["kind"] != "none")
+    extra = [] if partial else sorted(leaf.path for leaf in saved
+                                      if leaf.path not in wanted and leaf.kind != _core.LeafKind.NONE)
     if missing or extra:
         problems = []
         if missing:
@@ -184,75 +184,75 @@ def _listing(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _plan_leaf(where: str, number: int, saved: dict, target: Any,
+def _plan_leaf(where: str, number: int, saved: _core.LeafInfo, target: Any,
                allow_lossy_cast: bool) -> LeafPlan:
-    kind, path = saved["kind"], saved["path"]
-    if kind == "none":
+    kind, path = saved.kind, saved.path
+    if kind == _core.LeafKind.NONE:
         if target is not None:
             raise IncompatibleError(f"{where}: leaf {path!r} is None in the checkpoint, the"
                                     f" target wants {_describe(target)}")
         return LeafPlan(path, Finish.VALUE)
-    if kind == "string":
+    if kind == _core.LeafKind.STRING:
         if target is not None and not isinstance(target, str):
             raise IncompatibleError(f"{where}: leaf {path!r} is a str in the checkpoint, the"
                                     f" target wants {_describe(target)}")
-        return LeafPlan(path, Finish.VALUE, value=saved["value"])
-    if kind == "scalar":
+        return LeafPlan(path, Finish.VALUE, value=saved.value)
+    if kind == _core.LeafKind.SCALAR:
         return _plan_scalar(where, saved, target, allow_lossy_cast)
     if _wants_keys(saved, target):
         return _plan_keys(where, number, saved, target)
     return _plan_array(where, number, saved, target)
 
 
-def _wants_keys(saved: dict, target: Any) -> bool:
+def _wants_keys(saved: _core.LeafInfo, target: Any) -> bool:
     """Typed PRNG keys are built for a typed-key target and, without a
     target, for leaves saved from typed keys; any other target (uint32 key
     data included) takes the stored data as it is."""
     if target is None:
-        return saved.get("prng_impl") is not None
+        return bool(saved.prng_impl)
     return hasattr(target, "dtype") and prng_keys.is_key(target.dtype)
 
 
-def _plan_keys(where: str, number: int, saved: dict, target: Any) -> LeafPlan:
+def _plan_keys(where: str, number: int, saved: _core.LeafInfo, target: Any) -> LeafPlan:
     """Typed keys from stored key data: with the target's implementation,
     shape and sharding, or without a target the saved ones (the saved
     sharding when this job has its devices, else the default device).
     Key data saved by hand (uint32, no "prng_impl") loads onto a typed-key
     target of matching shape too."""
-    path, stored = saved["path"], tuple(saved["shape"])
-    saved_impl = saved.get("prng_impl")
+    path, stored = saved.path, tuple(saved.shape)
+    saved_impl = saved.prng_impl  # "" for key data saved by hand
     if target is None:
         impl = saved_impl
         shape = stored[:max(len(stored) - len(prng_keys.key_shape(impl)), 0)]
-        sharding = shardings.rebuild(saved.get("sharding")) or _default_sharding()
+        sharding = shardings.rebuild(saved.sharding) or _default_sharding()
     else:
         impl = prng_keys.impl_name(target.dtype)
-        if saved_impl not in (None, impl):
+        if saved_impl and saved_impl != impl:
             raise IncompatibleError(f"{where}: leaf {path!r} holds {saved_impl} keys in the"
                                     f" checkpoint, the target wants {impl} keys")
         shape = tuple(target.shape)
         sharding = target_sharding(where, path, target)
     needed = shape + prng_keys.key_shape(impl)
-    if saved["dtype"] != prng_keys.DATA_DTYPE.name or stored != needed:
+    if saved.dtype != prng_keys.DATA_DTYPE.name or stored != needed:
         raise IncompatibleError(
-            f"{where}: leaf {path!r} is {saved['dtype']}{list(stored)} in the checkpoint;"
+            f"{where}: leaf {path!r} is {saved.dtype}{list(stored)} in the checkpoint;"
             f" {impl} keys of shape {list(shape)} need key data of uint32{list(needed)}")
     return _plan_sharded(number, path, shape, prng_keys.DATA_DTYPE, sharding, key_impl=impl)
 
 
-def _plan_scalar(where: str, saved: dict, target: Any, allow_lossy_cast: bool) -> LeafPlan:
+def _plan_scalar(where: str, saved: _core.LeafInfo, target: Any, allow_lossy_cast: bool) -> LeafPlan:
     value = _decode_scalar(saved)
-    path = saved["path"]
+    path = saved.path
     if target is None or isinstance(target, (bool, int, float)):
         return LeafPlan(path, Finish.VALUE, value=value)
     _check_target_shape(where, path, (), target)
     dtype = np.dtype(target.dtype)
-    stored = np.asarray(value, dtypes.from_name(saved["dtype"]))
+    stored = np.asarray(value, dtypes.from_name(saved.dtype))
     with np.errstate(over="ignore"):  # an overflow is judged below, not warned about
         host = stored.astype(dtype)
     if not (getattr(target, "weak_type", False) and _as_jax_takes_it(stored, host)):
         # The core's rule for casts, the one its reader applies to arrays.
-        _core.check_cast(saved["dtype"], dtypes.name_of(dtype), allow_lossy_cast,
+        _core.check_cast(saved.dtype, dtypes.name_of(dtype), allow_lossy_cast,
                          f"{where}: leaf {path!r}")
     return LeafPlan(path, Finish.DELIVER, value=host, target=target)
 
@@ -268,18 +268,18 @@ def _as_jax_takes_it(stored: np.ndarray, cast: np.ndarray) -> bool:
     return bool((cast.astype(stored.dtype) == stored).all())
 
 
-def _decode_scalar(saved: dict):
-    value = saved["value"]
-    if saved["dtype"] == "float64":
+def _decode_scalar(saved: _core.LeafInfo):
+    value = saved.value
+    if saved.dtype == "float64":
         return float(value)  # float("nan") etc. decode the non-finite spellings too.
-    return bool(value) if saved["dtype"] == "bool" else int(value)
+    return bool(value) if saved.dtype == "bool" else int(value)
 
 
-def _plan_array(where: str, number: int, saved: dict, target: Any) -> LeafPlan:
-    path, shape = saved["path"], tuple(saved["shape"])
+def _plan_array(where: str, number: int, saved: _core.LeafInfo, target: Any) -> LeafPlan:
+    path, shape = saved.path, tuple(saved.shape)
     whole = (0,) * len(shape)
     if target is None or isinstance(target, (bool, int, float)):
-        slot = Slot(number, path, whole, shape, dtypes.from_name(saved["dtype"]))
+        slot = Slot(number, path, whole, shape, dtypes.from_name(saved.dtype))
         if target is None:
             return LeafPlan(path, Finish.HOST, (slot,))
         _check_target_shape(where, path, shape, np.asarray(target))

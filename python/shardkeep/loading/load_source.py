@@ -1,8 +1,9 @@
 """Where a load's bytes come from: the ``Source`` interface and the core
 reader's source.
 
-A source describes its leaves as meta.json does ("tree" and "leaves":
-path, kind, dtype, shape, prng_impl, sharding; see docs/FORMAT.md) and
+A source describes its tree and leaves as meta.json does, as the core's
+``_core.PytreeInfo`` (path, kind, dtype, shape, prng_impl, sharding of each
+leaf; see docs/FORMAT.md), and
 fills read requests (``_core.ReadRequest``: leaf number, dtype name,
 origin, shape, buffer), the box of that leaf in that dtype into
 ``buffer`` (flat uint8), cast by the core's rules. The load executor
@@ -74,7 +75,7 @@ class Source:
     origin: unchanged.Origin | None = None
     reads_whole_leaves: bool = False
 
-    def meta(self) -> dict:
+    def meta(self) -> _core.PytreeInfo:
         raise NotImplementedError
 
     def read(self, requests: list[_core.ReadRequest]) -> None:
@@ -96,16 +97,16 @@ class CoreSource(Source):
     checkpoints."""
 
     def __init__(self, reader, name: str, where: str, core_options, *, map_files: bool,
-                 meta: dict | None = None, origin: unchanged.Origin | None = None):
+                 meta: _core.PytreeInfo | None = None, origin: unchanged.Origin | None = None):
         self.where = where
         self.origin = origin
         self._reader, self._name, self._options = reader, name, core_options
         self._map_files = map_files
         self._meta = meta
 
-    def meta(self) -> dict:
+    def meta(self) -> _core.PytreeInfo:
         if self._meta is None:
-            self._meta = self._reader.meta(self._name)
+            self._meta = self._reader.pytree(self._name)
         return self._meta
 
     def read(self, requests: list[_core.ReadRequest]) -> None:

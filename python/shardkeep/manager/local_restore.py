@@ -129,11 +129,12 @@ def _load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partia
             by_leaf = stored.setdefault(part.name, {})
             for k, shard in enumerate(part.shards):
                 by_leaf.setdefault(shard.leaf, []).append(Stored(q, k, shard.origin, shard.shape))
-    metas = {name: _core.decode_meta(parts[name].meta, f"{where}/{name}/meta.json")
-             for name in targets}
+    files = {name: f"{where}/{name}/meta.json" for name in targets}
     # No load-and-broadcast: the fetch below already reads each piece once.
-    plans = {name: load_plan.plan(f"{where}/{name}", metas[name], target, partial=partial,
-                                  broadcast=False, allow_lossy_cast=options.allow_lossy_cast,
+    plans = {name: load_plan.plan(f"{where}/{name}",
+                                  _core.decode_pytree_meta(parts[name].meta, files[name]),
+                                  target, partial=partial, broadcast=False,
+                                  allow_lossy_cast=options.allow_lossy_cast,
                                   donate=options.donate_target)
              for name, target in targets.items() if parts[name].kind == "pytree"}
     requests = {name: [Box(slot.number, dtypes.name_of(slot.dtype), slot.origin, slot.shape)
@@ -153,7 +154,8 @@ def _load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partia
             value = json.loads(values[name])
         else:
             value = values[name]
-        results[name] = checkpointables.decode(metas[name], value)
+        registered = _core.registered_kind(parts[name].meta, files[name])
+        results[name] = checkpointables.decode(registered, value)
     logger.info("restored local step %d in %.3f s", decision.step,
                 time.monotonic() - started)
     return results

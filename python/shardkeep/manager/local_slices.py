@@ -135,8 +135,8 @@ def parts_of(description: Description, buffers: list[np.ndarray], q: int, count:
             continue
         leaves, shards = [], []
         for k, stored in enumerate(entry.shards):
-            leaves.append({"path": str(k), "kind": "array", "dtype": stored.dtype,
-                           "shape": list(stored.shape), "sharding": None})
+            leaves.append(_core.LeafInfo(str(k), _core.LeafKind.ARRAY, stored.dtype,
+                                         list(stored.shape)))
             shard = _core.Shard(k, stored.dtype, [0] * len(stored.shape), stored.shape,
                                 buffers[i])
             if compare_with is not None and unchanged.worth_comparing(buffers[i]):
@@ -144,14 +144,13 @@ def parts_of(description: Description, buffers: list[np.ndarray], q: int, count:
                                                     compare_with.created_ns)
             shards.append(shard)
             i += 1
-        meta = {"kind": "pytree",
-                "tree": {"type": "list",
-                         "children": [{"type": "leaf", "leaf": k} for k in range(len(leaves))]},
-                "leaves": leaves}
-        parts.append(_core.SavePart(entry.name, "pytree", _core.encode_meta(meta),
-                                    shards=shards))
+        # The slice's boxes in order: a list of leaves.
+        tree = _core.tree_of_keys(entry.name, [([(str(k), True)], _core.KeyedValue.LEAF)
+                                               for k in range(len(leaves))])
+        meta = _core.encode_pytree_meta(_core.PytreeInfo(tree, leaves))
+        parts.append(_core.SavePart(entry.name, "pytree", meta, shards=shards))
     recorded = dataclasses.replace(description, process=q, process_count=count, step=None)
-    parts.append(_core.SavePart(SLICE_PART, "json", _core.encode_meta({"kind": "json"}),
+    parts.append(_core.SavePart(SLICE_PART, "json", _core.encode_value_meta("json"),
                                 recorded.encoded().tobytes()))
     return parts
 

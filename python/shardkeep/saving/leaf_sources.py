@@ -11,46 +11,40 @@ are computed once per pair (``_shard_sources``); the plans that
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable
 
 import jax
 import numpy as np
 
+from .. import _core
 from ..base import dtypes, prng_keys, shardings, tree_codec
 from ..base.array_source import ArraySource
 from ..base.checkpointables import JsonValue
 from ..errors import InvalidArgumentError
 
-_INT64 = np.iinfo(np.int64)
-
-
-def plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list]:
+def plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[_core.LeafInfo, list]:
     """The leaf's meta.json entry and the (box, source getter) pairs this
     process writes; a getter takes a leaf value of the same signature."""
     value, path = leaf.value, leaf.path
-    base = {"path": path, "sharding": None}
     if value is None:
-        return {**base, "kind": "none", "dtype": None, "shape": None}, []
-    if isinstance(value, str):
-        return {**base, "kind": "string", "dtype": None, "shape": None, "value": value}, []
-    if isinstance(value, (bool, int, float)):
-        return {**base, "kind": "scalar", **_scalar_spec(path, value), "shape": []}, []
+        return _core.LeafInfo(path, _core.LeafKind.NONE), []
+    if isinstance(value, (bool, int, float, str)):
+        return tree_codec.value_leaf(path, value), []
     if isinstance(value, jax.Array):
         if prng_keys.is_key(value.dtype):
             return _plan_key_array(path, value, replica_parallel)
         return _plan_jax_array(path, value, replica_parallel)
     if isinstance(value, ArraySource):
         _check_dtype(path, value.dtype)
-        meta = {**base, "kind": "array", "dtype": dtypes.name_of(value.dtype),
-                "shape": list(value.shape)}
+        meta = _core.LeafInfo(path, _core.LeafKind.ARRAY, dtypes.name_of(value.dtype),
+                              list(value.shape))
         whole = ((0,) * len(value.shape), value.shape)
         return meta, [(whole, _itself)] if jax.process_index() == 0 else []
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
         _check_dtype(path, arr.dtype)
-        meta = {**base, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
-                "shape": list(arr.shape)}
+        meta = _core.LeafInfo(path, _core.LeafKind.ARRAY, dtypes.name_of(arr.dtype),
+                              list(arr.shape))
         # Host data is the same on every process; only the primary writes it.
         sources = [(((0,) * arr.ndim, arr.shape), np.asarray)] if jax.process_index() == 0 else []
         return meta, sources
@@ -67,45 +61,26 @@ def plan_leaf(leaf: tree_codec.Leaf, replica_parallel: bool) -> tuple[dict, list
         " `params`, or replace the leaf with None")
 
 
-def value_spec(path: str, value) -> dict:
-    """The dtype and value fields of a bool, int, float or str leaf."""
-    return {"value": value} if isinstance(value, str) else _scalar_spec(path, value)
-
-
-def _scalar_spec(path: str, value) -> dict:
-    if isinstance(value, bool):
-        return {"dtype": "bool", "value": value}
-    if isinstance(value, int):
-        if not _INT64.min <= value <= _INT64.max:
-            raise InvalidArgumentError(f"int leaf {path!r} = {value} does not fit in int64")
-        return {"dtype": "int64", "value": value}
-    if math.isnan(value):
-        encoded = "nan"
-    elif math.isinf(value):
-        encoded = "inf" if value > 0 else "-inf"
-    else:
-        encoded = value
-    return {"dtype": "float64", "value": encoded}
-
-
-def _plan_key_array(path: str, keys: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
+def _plan_key_array(path: str, keys: jax.Array, replica_parallel: bool
+                    ) -> tuple[_core.LeafInfo, list]:
     """Typed PRNG keys are saved as their key data plus the implementation's
     name; the sharding described is the key array's own, which a load
     without a target gives back."""
     check_not_deleted(path, keys)
     meta, sources = _plan_jax_array(path, prng_keys.data_of(keys), replica_parallel)
-    if meta["sharding"] is not None:
-        meta["sharding"] = shardings.describe(keys.sharding)
-    meta["prng_impl"] = prng_keys.impl_name(keys.dtype)
+    if meta.sharding is not None:
+        meta.sharding = shardings.describe(keys.sharding)
+    meta.prng_impl = prng_keys.impl_name(keys.dtype)
     return meta, [(box, functools.partial(_of_key_data, get)) for box, get in sources]
 
 
-def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[dict, list]:
+def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool
+                    ) -> tuple[_core.LeafInfo, list]:
     check_not_deleted(path, arr)
     _check_dtype(path, arr.dtype)
     sharding = arr.sharding
-    meta = {"path": path, "kind": "array", "dtype": dtypes.name_of(arr.dtype),
-            "shape": list(arr.shape), "sharding": shardings.describe(sharding)}
+    meta = _core.LeafInfo(path, _core.LeafKind.ARRAY, dtypes.name_of(arr.dtype),
+                          list(arr.shape), shardings.describe(sharding))
     if isinstance(sharding, jax.sharding.SingleDeviceSharding) and jax.process_count() == 1:
         # The common case of many small leaves: one shard, the whole array.
         return meta, [(((0,) * arr.ndim, tuple(arr.shape)), _itself)]
@@ -113,7 +88,7 @@ def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool) -> tuple[
         # A process-local array (e.g. jnp.asarray(step) in each process) is
         # not part of a global array: every process has its own copy, like
         # a numpy leaf, so only the primary writes it, whole.
-        meta["sharding"] = None
+        meta.sharding = None
         if jax.process_index() != 0:
             return meta, []
         return meta, [(((0,) * arr.ndim, tuple(arr.shape)), _itself)]

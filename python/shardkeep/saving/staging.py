@@ -86,8 +86,8 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     """
     plan, values = planned if planned is not None else plan_pytree(tree, replica_parallel)
     for number in plan.array_leaves:
-        leaf_sources.check_not_deleted(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
-    arrays = [(plan.leaf_metas[plan.codec_number[number]]["path"], values[number])
+        leaf_sources.check_not_deleted(plan.leaf_metas[plan.codec_number[number]].path, values[number])
+    arrays = [(plan.leaf_metas[plan.codec_number[number]].path, values[number])
               for number in plan.remembered_arrays]
     stored: dict[int, _core.StoredIn] = {}  # value index -> where base holds it
     if base is not None:
@@ -97,7 +97,7 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     if base is not None and base.compare_contents:
         for number in plan.comparable_arrays:
             if number not in stored:
-                path = plan.leaf_metas[plan.codec_number[number]]["path"]
+                path = plan.leaf_metas[plan.codec_number[number]].path
                 compared[number] = _core.StoredIn(base.checkpoint, checkpointable, path,
                                                   base.created_ns)
     sources = [None if s.value_index in stored else s.get(values[s.value_index])
@@ -118,13 +118,13 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
                 if s.value_index in named:
                     continue
                 named.add(s.value_index)
-                shape = plan.leaf_metas[s.leaf_number]["shape"]
+                shape = plan.leaf_metas[s.leaf_number].shape
                 origin = [0] * len(shape)
             shards.append(_core.Shard(s.leaf_number, s.dtype_name, origin, shape,
                                       stored[s.value_index]))
             continue
         if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
-            path = plan.leaf_metas[s.leaf_number]["path"]
+            path = plan.leaf_metas[s.leaf_number].path
             shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
                                       functools.partial(_fill_from, path, src)))
             continue
@@ -204,7 +204,7 @@ class _Plan:
     """How to save every tree of one structure and leaf signature."""
 
     signature: list           # per value: what must match for the plan to apply
-    leaf_metas: list[dict]    # meta.json entries, in meta.json's leaf order
+    leaf_metas: list[_core.LeafInfo]  # meta.json entries, in meta.json's leaf order
     codec_number: list[int]   # value index -> meta.json leaf number
     array_leaves: list[int]   # value indices of jax.Arrays (checked not deleted)
     # Those whose places are remembered (``unchanged.worth_remembering``).
@@ -233,13 +233,11 @@ class _Plan:
                 type(a) is not type(b) or a != b for (_, a), (_, b) in zip(now, self._values)):
             for i, value in now:
                 meta = self.leaf_metas[self.codec_number[i]]
-                self.leaf_metas[self.codec_number[i]] = {**meta, **leaf_sources.value_spec(meta["path"], value)}
+                self.leaf_metas[self.codec_number[i]] = tree_codec.value_leaf(meta.path, value)
             self._values = now
             self._registered_kind = registered_kind
-            meta = {"kind": "pytree", "tree": self.structure, "leaves": self.leaf_metas}
-            if registered_kind is not None:
-                meta["registered_kind"] = registered_kind
-            self._meta_json = _core.encode_meta(meta)
+            self._meta_json = _core.encode_pytree_meta(
+                _core.PytreeInfo(self.structure, self.leaf_metas, registered_kind or ""))
         return self._meta_json
 
 
@@ -267,7 +265,7 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     if values is None or not cacheable:
         values = [leaf.value for leaf in leaves]
         codec_number = list(range(len(leaves)))
-    leaf_metas: list[dict] = [{}] * len(leaves)
+    metas_by_number: dict[int, _core.LeafInfo] = {}
     plan_sources: list[_Source] = []
     array_leaves: list[int] = []
     remembered_arrays: list[int] = []
@@ -276,11 +274,11 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     for index, value in enumerate(values):
         number = codec_number[index]
         meta, sources = leaf_sources.plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
-        leaf_metas[number] = meta
+        metas_by_number[number] = meta
         # A source is read by the writer threads, never staged or copied.
         on_host = isinstance(value, ArraySource) or not isinstance(value, jax.Array) or \
             shardings.on_cpu(value.sharding)
-        plan_sources.extend(_Source(index, number, meta["dtype"], list(origin), list(shape),
+        plan_sources.extend(_Source(index, number, meta.dtype, list(origin), list(shape),
                                     get, on_host)
                             for (origin, shape), get in sources)
         if unchanged.worth_comparing(value):
@@ -294,6 +292,7 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
     aliased_sizes = [math.prod(s.shape) * dtypes.from_name(s.dtype_name).itemsize
                      for s in plan_sources
                      if s.on_host and not isinstance(values[s.value_index], ArraySource)]
+    leaf_metas = [metas_by_number[number] for number in range(len(leaves))]
     plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
                  remembered_arrays, comparable_arrays, plan_sources, structure, cacheable,
                  all(s.on_host for s in plan_sources), aliased_sizes, scalar_values)

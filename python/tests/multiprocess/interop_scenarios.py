@@ -70,8 +70,8 @@ def _count_reads(source_class) -> list:
     original = source_class.read
 
     def counting_read(source, requests):
-        leaves = source.meta()["leaves"]
-        reads.extend([leaves[r.leaf]["path"], r.origin, r.shape] for r in requests)
+        leaves = source.meta().leaves
+        reads.extend([leaves[r.leaf].path, r.origin, r.shape] for r in requests)
         return original(source, requests)
 
     source_class.read = counting_read
