@@ -90,8 +90,7 @@ def to_load(args: Any, item_names: Sequence[str] | None) -> Load:
         raise sk.InvalidArgumentError(
             f"CheckpointManager.restore: a manager with item_names={list(item_names)} restores"
             f" an args.Composite of them, got {type(args).__name__}")
-    target, partial = _item_load("CheckpointManager.restore args", args)
-    return Load(target, partial, False)
+    return Load(*_item_load("CheckpointManager.restore args", args), False)
 
 
 def _item_load(where: str, arg: Any) -> tuple[Any, bool]:
@@ -149,6 +148,6 @@ def _check_names(call: str, composite: args_lib.Composite,
 def _kind(arg: Any) -> str:
     kind = type(arg)
     if kind.__module__.startswith("orbax."):
-        return (f"Orbax's own {kind.__name__} (from orbax.checkpoint; use"
-                f" shardkeep.orbax.args.{kind.__name__} where it exists)")
+        return (f"Orbax's own {kind.__name__} (an orbax.checkpoint class: build the args"
+                f" from shardkeep.orbax.args)")
     return f"{kind.__module__}.{kind.__qualname__}"

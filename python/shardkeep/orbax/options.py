@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Callable, ClassVar, Container
+from typing import Any, Callable, ClassVar, Collection
 
 import shardkeep as sk
 
@@ -54,7 +54,7 @@ class CheckpointManagerOptions:
     step_name_format: Any = None
     create: bool = True
     cleanup_tmp_directories: bool = False
-    save_on_steps: Container[int] | None = None
+    save_on_steps: Collection[int] | None = None
     single_host_load_and_broadcast: bool = False
     todelete_subdir: str | None = None
     todelete_full_path: str | None = None
