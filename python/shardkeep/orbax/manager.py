@@ -13,11 +13,9 @@ refused by name.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import pathlib
-import time
 from typing import Any, Mapping, Sequence
 
 import shardkeep as sk
@@ -25,6 +23,7 @@ import shardkeep as sk
 from . import items as items_lib
 from .options import CheckpointManagerOptions, manager_arguments
 from .refusals import Unsupported, check
+from .steps import Steps
 
 logger = logging.getLogger("shardkeep")
 
@@ -64,18 +63,15 @@ class CheckpointManager:
         self._item_names = None if item_names is None else tuple(item_names)
         self._options = options
         arguments = manager_arguments(options)
-        self._policy = arguments["save_decision_policy"]
         self._manager = sk.CheckpointManager(os.fspath(directory), **arguments)
-        self._pending: int | None = None  # the step of a save started and not yet seen committed
-        self._started: dict[int, datetime.datetime] = {}
+        self._steps = Steps(self._manager, arguments["save_decision_policy"])
 
     # -- queries ---------------------------------------------------------
 
     @property
     def directory(self) -> pathlib.Path | str:
         """The root: a ``pathlib.Path``, or the URL of a root on another store."""
-        root = self._manager.root
-        return root if "://" in root else pathlib.Path(root)
+        return self._steps.directory
 
     def all_steps(self, read: bool = False) -> Sequence[int]:
         """The committed steps, in increasing order.
@@ -106,32 +102,11 @@ class CheckpointManager:
 
     def is_saving_in_progress(self) -> bool:
         """Whether a save this manager started has not yet been seen committed."""
-        if self._pending is not None and self._pending in self._manager.all_steps():
-            self._pending = None
-        return self._pending is not None
+        return self._steps.saving()
 
     def should_save(self, step: int) -> bool:
-        """Whether ``save(step)`` would save: ``step`` is after the last step
-        saved and the save decision policy says so. The policy sees the
-        steps this manager saved with the times it started them, and the
-        steps it found in the root timed at the epoch (only
-        ``ContinuousCheckpointingPolicy`` reads them)."""
-        if self._options.read_only:
-            return False
-        saving = self.is_saving_in_progress()
-        last = self._pending if saving else self.latest_step()
-        if last is not None and step <= last:
-            return False
-        info = sk.save_decisions.PolicyCheckpointInfo
-        epoch = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
-        previous = [info(s, self._manager.metrics(s), self._started.get(s, epoch))
-                    for s in self.all_steps()]
-        if saving and self._pending is not None:
-            previous.append(info(self._pending, None, self._started[self._pending]))
-        context = sk.save_decisions.DecisionContext(
-            is_saving_in_progress=saving, reached_preemption=self.reached_preemption(step))
-        return bool(self._policy.should_save(info(step, None, _now()), previous,
-                                             context=context))
+        """Whether ``save(step)`` would save (``shardkeep.orbax.steps``); never when read only."""
+        return not self._options.read_only and self._steps.should_save(step)
 
     # -- save and restore ------------------------------------------------
 
@@ -141,7 +116,8 @@ class CheckpointManager:
         """Saves ``args`` at ``step`` if it is due (or ``force``); returns whether it did.
 
         ``items`` and ``save_kwargs`` (the legacy API) and ``custom_metadata``
-        are refused. Forcing a step already saved raises, as in Orbax.
+        are refused. Forcing a step already saved raises, as in Orbax
+        (``shardkeep.orbax.steps``).
         """
         check("CheckpointManager.save", {
             "items": Unsupported(items, None, _LEGACY),
@@ -154,16 +130,7 @@ class CheckpointManager:
             logger.warning("%s is read only (CheckpointManagerOptions.read_only):"
                            " step %d not saved", self._manager.root, step)
             return False
-        if force and step in self._manager.all_steps():
-            raise sk.InvalidArgumentError(
-                f"step {step} is already saved under {self._manager.root!r}: a step is never"
-                f" saved twice")
-        started_at = _now()
-        saved = self._manager.save(step, value, metrics=metrics, force=bool(force))
-        if saved:
-            self._pending = step
-            self._started[step] = started_at
-        return saved
+        return self._steps.save(step, value, metrics=metrics, force=bool(force))
 
     def restore(self, step: int | None, items: Any = None, restore_kwargs: Any = None,
                 directory: Any = None, args: Any = None) -> Any:
@@ -187,19 +154,13 @@ class CheckpointManager:
 
     def wait_until_finished(self) -> None:
         """Waits for the save in flight and the deletions it causes; raises their errors."""
-        self._manager.wait()
-        self._pending = None
+        self._steps.wait()
 
     def close(self) -> None:
-        self._manager.close()
-        self._pending = None
+        self._steps.close()
 
     def __enter__(self) -> CheckpointManager:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._manager.__exit__(exc_type, exc, tb)
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(time.time(), tz=datetime.timezone.utc)
