@@ -108,7 +108,8 @@ def test_one_item_restores_with_and_without_args(ocp, tmp_path):
         onto = mngr.restore(None, args=ocp.args.StandardRestore(
             jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
                          tree)))
-    for got in (as_saved, onto):
+        onto_arrays = mngr.restore(0, args=ocp.args.StandardRestore(tree))
+    for got in (as_saved, onto, onto_arrays):
         assert set(got) == {"w", "b"}
         for name in tree:
             np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(tree[name]))
