@@ -5,6 +5,12 @@ itself and with ``shardkeep.orbax``, only the module object swapped, and
 asserts that both give the same values, steps and errors.
 """
 
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,11 +29,12 @@ BOTH = pytest.mark.parametrize("ocp", [real_ocp, sk_ocp], ids=["orbax", "shardke
 TOTAL_STEPS = 8
 
 
-def train(ocp, root, mesh, stop_after=None):
+def train(ocp, root, mesh, stop_after=None, kill_after=None):
     """A trainer as it is written against Orbax's v0 manager: resumes from
     the latest step, trains to TOTAL_STEPS saving every second step with
     its loss, and keeps two steps. With ``stop_after`` it stops after that
-    step without closing its manager, as a killed job does.
+    step without closing its manager, as a killed job does; with
+    ``kill_after`` its process is killed there, a save perhaps in flight.
 
     Returns ({step: loss} of the steps it trained, its final state).
     """
@@ -57,6 +64,8 @@ def train(ocp, root, mesh, stop_after=None):
         mngr.save(step + 1, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             progress=ocp.args.JsonSave({"next_step": step + 1})), metrics={"loss": losses[step]})
+        if step + 1 == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
         if step + 1 == stop_after:
             mngr.wait_until_finished()
             return losses, state  # killed: the manager is never closed
@@ -64,9 +73,15 @@ def train(ocp, root, mesh, stop_after=None):
     return losses, state
 
 
-def test_a_trainer_resumes_alike_under_orbax_and_shardkeep(tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The losses and final state of the trainer run without a stop, under Orbax."""
+    return train(real_ocp, tmp_path_factory.mktemp("uninterrupted"), make_mesh((2, 4), AXES))
+
+
+def test_a_trainer_resumes_alike_under_orbax_and_shardkeep(tmp_path, uninterrupted):
     mesh = make_mesh((2, 4), AXES)
-    expected, expected_state = train(real_ocp, tmp_path / "uninterrupted", mesh)
+    expected, expected_state = uninterrupted
     results = {}
     for name, ocp in (("orbax", real_ocp), ("shardkeep", sk_ocp)):
         root = tmp_path / name
@@ -83,6 +98,28 @@ def test_a_trainer_resumes_alike_under_orbax_and_shardkeep(tmp_path):
         assert steps == [6, 8], name
         assert_states_equal(state, expected_state)
     assert_states_equal(results["shardkeep"][2], results["orbax"][2])
+
+
+@pytest.mark.parametrize("module", ["orbax.checkpoint", "shardkeep.orbax"])
+def test_a_killed_trainer_resumes_from_its_last_committed_step(tmp_path, module, uninterrupted):
+    root = tmp_path / "run"
+    child = (f"import conftest, importlib, test_orbax_dropin as t;"
+             f" t.train(importlib.import_module({module!r}), {str(root)!r},"
+             f" conftest.make_mesh((2, 4), t.AXES), kill_after=5)")
+    run = subprocess.run([sys.executable, "-c", child], cwd=pathlib.Path(__file__).parent,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-3000:]
+
+    mesh = make_mesh((2, 4), AXES)
+    ocp = real_ocp if module == "orbax.checkpoint" else sk_ocp
+    with ocp.CheckpointManager(root) as mngr:
+        resumed_from = mngr.latest_step()
+    # Saved 1, 2 and 4 (4 perhaps still in flight when killed).
+    assert resumed_from in (2, 4)
+    expected, expected_state = uninterrupted
+    resumed, state = train(ocp, root, mesh)
+    assert resumed == {s: expected[s] for s in range(resumed_from, TOTAL_STEPS)}
+    assert_states_equal(state, expected_state)
 
 
 def test_step_folders_are_named_as_orbax_names_them(tmp_path):
