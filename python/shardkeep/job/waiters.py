@@ -9,11 +9,12 @@ caller waits for it on a lock the waiter releases (``Call.wait``), or
 waits on a condition that the call's ``on_end`` and something else (a
 ``close``) both notify.
 
-Interrupts: waiters block every signal, so a signal sent to the process
-goes to a thread that does not block it, the main thread, where a lock
-acquire without a timeout is interrupted by it; the handler runs at once
-and its exception (KeyboardInterrupt) propagates out of the wait. The
-abandoned call goes on until it ends on its own.
+Interrupts: Linux hands a signal sent to the process to its main thread
+unless that thread blocks it, and waiters block every signal, so none of
+them takes it either way. In the main thread it interrupts a lock
+acquire without a timeout; the handler runs at once and its exception
+(KeyboardInterrupt) propagates out of the wait. The abandoned call goes
+on until it ends on its own.
 
 Reuse: a waiter serves calls one after another and waits for the next on
 a queue; a call is given to an idle waiter, and a waiter is started only
