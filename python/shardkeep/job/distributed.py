@@ -12,8 +12,8 @@ not stall the training loop's Python thread.
 
 The client's blocking calls do not return to Python until they finish, so
 on the main thread they run on a reused waiter thread (``waiters``) while
-the main thread waits for it with no timeout, a wait that Ctrl-C
-interrupts; the abandoned call ends on its own within its timeout.
+the main thread waits for it, a wait that Ctrl-C interrupts; the
+abandoned call ends on its own within its timeout.
 
 Barriers name the processes that did not arrive: before waiting, each
 process records ``<barrier>/arrived/<process_index>`` in the key-value store;

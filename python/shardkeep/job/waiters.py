@@ -1,4 +1,4 @@
-"""Blocking calls run on reused threads, waited for without polling.
+"""Blocking calls run on reused threads, not on a thread started per call.
 
 Some calls cannot be woken once they start: JAX's coordination client
 (``wait_at_barrier``, ``blocking_key_value_get``) does not return to
@@ -9,12 +9,17 @@ caller waits for it on a lock the waiter releases (``Call.wait``), or
 waits on a condition that the call's ``on_end`` and something else (a
 ``close``) both notify.
 
-Interrupts: Linux hands a signal sent to the process to its main thread
-unless that thread blocks it, and waiters block every signal, so none of
-them takes it either way. In the main thread it interrupts a lock
-acquire without a timeout; the handler runs at once and its exception
-(KeyboardInterrupt) propagates out of the wait. The abandoned call goes
-on until it ends on its own.
+Interrupts: waiters block every signal, so none of them takes a signal
+sent to the process. Python runs handlers only on the main thread, and a
+signal the main thread takes interrupts its lock acquire at once; but
+Linux may hand the signal to another thread of the process instead (a
+test saw it taken elsewhere, with the sender blocking signals: a JAX
+process has many threads that block none), and then nothing wakes the
+main thread. So ``Call.wait`` waits in slices of
+``_HANDLER_CHECK_S``, a local lock acquire with no request to anyone,
+after each of which the handler of a signal taken elsewhere runs and its
+exception (KeyboardInterrupt) propagates. The abandoned call goes on
+until it ends on its own.
 
 Reuse: a waiter serves calls one after another and waits for the next on
 a queue; a call is given to an idle waiter, and a waiter is started only
@@ -34,6 +39,10 @@ from typing import Any, Callable
 
 THREAD_NAME = "shardkeep-coordination-call"
 
+# How long a signal taken by a thread other than the main one may wait
+# for its handler to run (module docstring).
+_HANDLER_CHECK_S = 0.1
+
 
 class Call:
     """One call on a waiter."""
@@ -52,11 +61,12 @@ class Call:
     def wait(self) -> Any:
         """The call's value, or its exception raised, once it ended.
 
-        No timeout: a signal interrupts the acquire, and the handler's
+        Signal handlers run while it waits (module docstring), and their
         exception propagates from here, leaving the call running.
         """
-        with self._ended:
+        while not self._ended.acquire(timeout=_HANDLER_CHECK_S):
             pass
+        self._ended.release()
         return self.outcome()
 
     def outcome(self) -> Any:
