@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
+from shardkeep import _core
+from shardkeep.job import distributed, waiters
 from shardkeep.saving import background_saves
 from local_coordination import Gate, LocalCoordination
 
@@ -129,23 +131,28 @@ _JAX_WAIT = textwrap.dedent("""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as the fixture above
     import jax
     jax.distributed.initialize(f"localhost:{sys.argv[1]}", num_processes=1, process_id=0)
-    from shardkeep.job import distributed
+    from shardkeep.job import distributed, waiters
     coordination = distributed.coordination()
-    CALL = "shardkeep-coordination-call"  # the thread the get blocks on
+    main = threading.main_thread().ident
 
-    def get_waiting():
-        return any(t.name == CALL and t.is_alive() for t in threading.enumerate())
+    def get_waiting():  # the main thread waits for the waiter that runs the get
+        frame = sys._current_frames().get(main)
+        return (frame is not None and frame.f_code is waiters.Call.wait.__code__
+                and any(t.name == waiters.THREAD_NAME for t in threading.enumerate()))
+
+    sent = threading.Event()
 
     def interrupt_once_waiting():
         while not get_waiting():
             time.sleep(0.005)
-        os.kill(os.getpid(), signal.SIGINT)
+        sent.set()
+        os.kill(os.getpid(), signal.SIGINT)  # to the process, as Ctrl-C is
 
     threading.Thread(target=interrupt_once_waiting, daemon=True).start()
     try:
         coordination.get("shardkeep/never-set", 600.0)  # longer than the test waits
     except KeyboardInterrupt:
-        print("interrupted while the get waited:", get_waiting(), flush=True)
+        print("interrupted while the get waited:", sent.is_set(), flush=True)
     os._exit(0)  # skip JAX's shutdown barrier
 """)
 
@@ -163,12 +170,14 @@ def test_ctrl_c_interrupts_a_wait_in_jax_coordination_service():
 
 
 class _UnansweredClient:
-    """A JAX client whose blocking get waits until ``release()`` (its
-    timeout is far above the test's), and says when one is waiting."""
+    """A JAX client whose blocking get of a key not set waits until
+    ``release()`` (its timeout is far above the test's), and says when one
+    is waiting; it records the thread each blocking get ran on."""
 
     def __init__(self):
         self.store: dict[str, str] = {}
         self.waiting = threading.Event()
+        self.get_threads: list[threading.Thread] = []
         self._released = threading.Event()
 
     def key_value_set(self, key, value, allow_overwrite=False):
@@ -180,6 +189,9 @@ class _UnansweredClient:
         return self.store[key]
 
     def blocking_key_value_get(self, key, timeout_in_ms):
+        self.get_threads.append(threading.current_thread())
+        if key in self.store:
+            return self.store[key]
         self.waiting.set()
         self._released.wait(_LIMIT_S)
         raise RuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out with key: {key}")
@@ -194,21 +206,57 @@ class _UnansweredClient:
         self._released.set()
 
 
+def _interrupt_once(event: threading.Event) -> None:
+    """Sends SIGINT to this process once ``event`` is set."""
+    def send():
+        if event.wait(_LIMIT_S):
+            os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=send, daemon=True).start()
+
+
+def _waiter_threads() -> set:
+    return {t for t in threading.enumerate() if t.name == waiters.THREAD_NAME}
+
+
+def test_blocking_calls_on_the_main_thread_reuse_waiter_threads():
+    client = _UnansweredClient()
+    client.store["k"] = "v"
+    bridge = distributed.JaxCoordination(client, 0, 2)
+    assert bridge.get("k", 60.0) == "v"  # at least one waiter exists from here on
+    existing = _waiter_threads()
+    for _ in range(5):
+        assert bridge.get("k", 60.0) == "v"
+    assert threading.main_thread() not in client.get_threads  # the main thread stays free
+    # No thread was started for the later calls: they ran on waiters that
+    # were already there.
+    assert set(client.get_threads[1:]) <= existing
+    assert _waiter_threads() == existing
+
+
+def test_an_interrupted_calls_waiter_serves_no_other_call_until_that_call_ends():
+    client = _UnansweredClient()
+    client.store["k"] = "v"
+    bridge = distributed.JaxCoordination(client, 1, 2)
+    _interrupt_once(client.waiting)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bridge.get("never-set", 600.0)
+        # The abandoned get still blocks (only release() ends it), and the
+        # next call runs on another waiter and returns.
+        assert bridge.get("k", 60.0) == "v"
+        abandoned, later = client.get_threads
+        assert later is not abandoned and abandoned.is_alive()
+    finally:
+        client.release()
+
+
 def test_ctrl_c_interrupts_an_operation_id_agreement():
     # The agreement runs in the core, which waits for the verdict through
     # the bridge's get: the interrupt comes out of agree as itself.
-    from shardkeep import _core
-    from shardkeep.job import distributed
-
     client = _UnansweredClient()
     bridge = distributed.JaxCoordination(client, 1, 2)  # process 1 waits for process 0
     operation_ids = _core.OperationIds(distributed.core_coordinator(bridge))
-
-    def interrupt_once_waiting():
-        if client.waiting.wait(_LIMIT_S):
-            os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_once_waiting, daemon=True).start()
+    _interrupt_once(client.waiting)
     try:
         with pytest.raises(KeyboardInterrupt):
             operation_ids.agree("save", "/ckpt/7", 600.0)

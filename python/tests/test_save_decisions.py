@@ -247,6 +247,70 @@ def test_a_process_that_reaches_the_step_before_it_is_announced_waits_then_fails
         follower.close()
 
 
+class _Unanswered:
+    """Process 1's view of a service where no key ever appears: each get
+    waits until its timeout or ``release()``, and the gets are counted."""
+
+    process_index, process_count = 1, 2
+
+    def __init__(self):
+        self.values: dict[str, str] = {}
+        self.timeouts: list[float] = []  # of each get begun
+        self.unfinished = 0              # gets begun and not yet returned
+        self.first_get = threading.Event()
+        self.second_get = threading.Event()
+        self._released = threading.Event()
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def get(self, key, timeout_s):
+        self.timeouts.append(timeout_s)
+        self.unfinished += 1
+        (self.second_get if self.first_get.is_set() else self.first_get).set()
+        try:
+            self._released.wait(timeout_s)
+            raise ShardkeepTimeout(f"{key} not set")
+        finally:
+            self.unfinished -= 1
+
+    def release(self):
+        self._released.set()
+
+
+def _agents(name):
+    return [t for t in threading.enumerate() if t.name == f"shardkeep-agreement-{name}"]
+
+
+def test_close_stops_a_follower_whose_get_is_unanswered_without_waiting_for_the_get():
+    bridge = _Unanswered()
+    follower = StepAgreement(bridge, "job/unanswered", lead=1, timeout_s=600)
+    try:
+        assert bridge.first_get.wait(60)  # the agent waits for round 0 to open
+        assert not follower.due(3, lambda: False)
+        follower.close()
+        # close returned and its agent ended while the get still blocks.
+        assert bridge.unfinished == 1 and _agents("unanswered") == []
+        assert bridge.values == {"job/unanswered/0/step/1": "3"}  # for a primary behind
+    finally:
+        bridge.release()
+
+
+def test_an_idle_follower_makes_one_request_not_one_per_interval():
+    bridge = _Unanswered()
+    follower = StepAgreement(bridge, "job/idle", lead=1, timeout_s=600)
+    try:
+        assert bridge.first_get.wait(60)
+        # The get lasts as long as the agreement's own timeout; the key's
+        # arrival, not a short interval, would end it.
+        assert bridge.timeouts == [600]
+        assert not bridge.second_get.wait(2.0)  # the old agent asked again each second
+        assert len(bridge.timeouts) == 1
+    finally:
+        follower.close()
+        bridge.release()
+
+
 def test_two_processes_with_offset_clocks_save_the_same_steps(tmp_path):
     """A real 2-process job saving continuously (minimum interval 0.2 s)
     whose clocks disagree by 10 s: both save the same steps."""

@@ -11,8 +11,9 @@ GIL while they wait, so a save's background thread waiting at a barrier does
 not stall the training loop's Python thread.
 
 The client's blocking calls do not return to Python until they finish, so
-on the main thread they run on a helper thread while the main thread waits
-for it, which Ctrl-C interrupts; the abandoned call ends on its own within its timeout.
+on the main thread they run on a reused waiter thread (``waiters``) while
+the main thread waits for it, a wait that Ctrl-C interrupts; the
+abandoned call ends on its own within its timeout.
 
 Barriers name the processes that did not arrive: before waiting, each
 process records ``<barrier>/arrived/<process_index>`` in the key-value store;
@@ -40,6 +41,7 @@ import jax
 
 from .. import _core
 from ..errors import AlreadyExistsError, ShardkeepError, TimeoutError
+from . import waiters
 
 # The client methods shardkeep needs (JAX 0.4.3x to 0.10 have them all);
 # key_value_delete is used when present.
@@ -149,25 +151,7 @@ def _interruptible(call: Callable[..., Any], *args) -> Any:
     handlers run while it blocks; their exception propagates at once)."""
     if threading.current_thread() is not threading.main_thread():
         return call(*args)
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def run():
-        try:
-            outcome["value"] = call(*args)
-        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread.
-            outcome["error"] = e
-        finally:
-            done.set()
-
-    threading.Thread(target=run, daemon=True, name="shardkeep-coordination-call").start()
-    # Short waits: the handlers run between them even if the signal was
-    # delivered to another thread.
-    while not done.wait(0.1):
-        pass
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    return waiters.call(call, *args)
 
 
 class JaxCoordination:

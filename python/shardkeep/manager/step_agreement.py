@@ -25,6 +25,12 @@ the loop takes to read it). With ``lead`` a few steps and the loops kept
 in step by the training's own collectives, that wait does not happen in
 practice; it is bounded by ``timeout_s`` and fails naming the round.
 
+Nothing polls: an agent waits for a key with a get that runs on a waiter
+thread (``shardkeep.job.waiters``) while the agent waits on the
+agreement's condition, which the get's end and ``close`` both notify. So
+an idle agent makes one request per ``timeout_s``, and ``close`` stops it
+at once, leaving the get (which cannot be woken) to end on its own.
+
 In a one-process job the policy's yes is the decision (``Immediate``).
 """
 
@@ -37,15 +43,9 @@ from typing import Callable
 import jax
 
 from ..errors import TimeoutError
-from ..job import distributed
+from ..job import distributed, waiters
 
 logger = logging.getLogger("shardkeep")
-
-# How long an agent's blocking read of the coordination service lasts
-# before it checks whether it should stop (the service's get cannot be
-# woken): the delay of ``close`` at most, one request per interval idle.
-# The primary's wait for its own loop to open a round needs none.
-_POLL_S = 1.0
 
 
 def of_job(prefix: str, *, lead: int, timeout_s: float) -> "Immediate | StepAgreement":
@@ -139,7 +139,9 @@ class StepAgreement:
         with self._changed:
             self._stopping = True
             self._changed.notify_all()
-        self._agent.join(_POLL_S * 2 + 1)
+        # The agent wakes at once (``_read`` waits on this condition), so
+        # the bound is for a set to the service that hangs.
+        self._agent.join(self._timeout_s)
 
     # -- internals -------------------------------------------------------
 
@@ -211,14 +213,32 @@ class StepAgreement:
             self._changed.notify_all()
 
     def _read(self, key: str) -> str:
-        """The key's value, waiting as long as it takes, until ``close``."""
+        """The key's value, waiting as long as it takes, until ``close``.
+
+        The service's get cannot be woken, so it runs on a waiter thread
+        while the agent waits on the condition, which the get's end and
+        ``close`` both notify: the agent wakes when the key arrives or at
+        once when the agreement closes, leaving the get to end on its own.
+        A get lasts ``timeout_s`` and is made again when it expires with
+        no key: that is no poll, since the key's arrival ends it at once;
+        the timeout bounds how long an abandoned get outlives ``close``.
+        """
         while True:
             if self._stopped():
                 raise _Stopped
+            get = waiters.start(self._bridge.get, key, self._timeout_s, on_end=self._wake)
+            with self._changed:
+                self._changed.wait_for(lambda: get.ended or self._stopping)
+                if not get.ended:
+                    raise _Stopped
             try:
-                return self._bridge.get(key, _POLL_S)
+                return get.outcome()
             except TimeoutError:
                 continue
+
+    def _wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def _stopped(self) -> bool:
         with self._changed:
