@@ -10,7 +10,6 @@ from typing import Any
 
 from ..loading import load_executor
 from .. import options as options_lib
-from ..base.gc_pause import gc_paused
 from .dcp import DcpSource
 from .orbax import OrbaxSource
 
@@ -43,7 +42,9 @@ def load_orbax(path, target: Any = None, *, partial: bool = False,
     copies. Needs the ``tensorstore`` package (``shardkeep[orbax]``).
     """
     options = options_lib.resolve(options)
-    return load_source(OrbaxSource(path, options), target, partial=partial, options=options)
+    source = OrbaxSource(path, options)
+    return load_executor.load_with(source, target, path=source.directory, partial=partial,
+                                   options=options)
 
 
 def load_dcp(path, target: Any = None, *, allow_pickle: bool = False, partial: bool = False,
@@ -61,16 +62,7 @@ def load_dcp(path, target: Any = None, *, allow_pickle: bool = False, partial: b
     (``shardkeep[dcp]``).
     """
     options = options_lib.resolve(options)
-    return load_source(DcpSource(path, allow_pickle=allow_pickle, options=options), target,
-                       partial=partial, options=options)
+    source = DcpSource(path, allow_pickle=allow_pickle, options=options)
+    return load_executor.load_with(source, target, path=source.directory, partial=partial,
+                                   options=options)
 
-
-def load_source(source, target: Any, *, partial: bool, options: options_lib.Options) -> Any:
-    """Another format's ``source`` onto ``target``: every leaf, or with
-    ``partial`` those the target names."""
-    with gc_paused():
-        return load_executor.load(source, target, partial=partial,
-                                  broadcast=options.broadcasts_load_of(source.directory),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)

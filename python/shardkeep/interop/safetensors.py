@@ -24,7 +24,6 @@ from ..loading import load_executor
 from .. import options as options_lib
 from ..base.array_source import ArraySource
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError
-from ..base.gc_pause import gc_paused
 from ..loading.load_source import CoreSource
 
 # The core's name for the one checkpointable of a safetensors source.
@@ -73,12 +72,7 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     else:
         meta = _renamed_for(path, meta, names, target, key_map, partial)
     source = CoreSource(reader, _TENSORS, path, core_options, map_files=map_files, meta=meta)
-    with gc_paused():
-        return load_executor.load(source, target, partial=True,
-                                  broadcast=options.broadcasts_load_of(path),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)
+    return load_executor.load_with(source, target, path=path, partial=True, options=options)
 
 
 def _renamed_for(path: str, meta: _core.PytreeInfo, names: list[str], target: Any,
