@@ -252,3 +252,14 @@ def test_every_process_lists_and_restores_the_orbax_steps(tmp_path):
         assert result == {"listed": [1, 2], "orbax": [1, 2], "restored": 2,
                           "after": [1, 2, 3], "reopened": [1, 2, 3]}
     assert os.path.isdir(root / "1") and os.path.isdir(root / "000000003")
+
+
+def test_steps_named_like_orbax_on_another_storage_are_not_silent(tmp_path, caplog):
+    root = f"memory://{tmp_path.name}/run"
+    for name in ("5", "ckpt_7", "notes"):  # folders no shardkeep state describes
+        sk.save(f"{root}/{name}/default", {"w": np.zeros(2, np.float32)})
+    with sk.CheckpointManager(root) as mgr:
+        assert mgr.all_steps() == []
+    assert (f"{root} holds ['5', 'ckpt_7'], named like Orbax steps, which are not listed:"
+            " shardkeep reads Orbax checkpoints from a local file system only; to resume from"
+            " them, copy the root to one and open the manager there") in caplog.messages

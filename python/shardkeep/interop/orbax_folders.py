@@ -35,6 +35,12 @@ def step_of_folder(folder: str) -> int | None:
     return int(match.group(1))
 
 
+def named_like_step(name: str) -> bool:
+    """Whether ``name`` is the name Orbax gives a step folder (whose
+    ``_CHECKPOINT_METADATA`` says it is one)."""
+    return _STEP_FOLDER.fullmatch(name) is not None
+
+
 def step_metadata(folder: str) -> dict:
     """A step folder's ``_CHECKPOINT_METADATA``: its item handlers, metrics
     and timestamps (fields older versions lack are absent here too)."""

@@ -95,8 +95,14 @@ def _list_root(root: str, options: options_lib.Options) -> dict[int, Listed]:
 
 def _orbax_steps(root: str, entries: list[_core.RootEntry]) -> dict[str, tuple[int, dict, int]]:
     """The Orbax steps among the entries no shardkeep state describes."""
+    others = [e.name for e in entries if e.state is _core.EntryState.OTHER]
     local = _core.Location(root).local_path
-    if local is None:
+    if local is None:  # Orbax checkpoints are read from local files alone
+        unread = [name for name in others if orbax_folders.named_like_step(name)]
+        if unread:
+            logger.warning("%s holds %s, named like Orbax steps, which are not listed:"
+                           " shardkeep reads Orbax checkpoints from a local file system only;"
+                           " to resume from them, copy the root to one and open the manager"
+                           " there", root, unread)
         return {}
-    return orbax_folders.steps_in(local, [e.name for e in entries
-                                          if e.state is _core.EntryState.OTHER])
+    return orbax_folders.steps_in(local, others)
