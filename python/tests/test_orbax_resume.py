@@ -233,6 +233,9 @@ def test_a_root_without_steps_is_still_empty(tmp_path):
     (root / "ckpt_7").mkdir()
     with sk.CheckpointManager(root) as mgr:
         assert mgr.all_steps() == [] and mgr.restore() is None
+        with pytest.raises(sk.NotFoundError) as e:
+            mgr.load()
+    assert str(e.value) == f"no committed checkpoint under {str(root)!r}"
     assert sorted(p.name for p in root.iterdir()) == ["5.orbax-checkpoint-tmp-123", "ckpt_7"]
 
 
@@ -263,3 +266,31 @@ def test_steps_named_like_orbax_on_another_storage_are_not_silent(tmp_path, capl
     assert (f"{root} holds ['5', 'ckpt_7'], named like Orbax steps, which are not listed:"
             " shardkeep reads Orbax checkpoints from a local file system only; to resume from"
             " them, copy the root to one and open the manager there") in caplog.messages
+
+
+def test_an_orbax_step_with_broken_metadata_is_ignored_and_named(tmp_path, caplog):
+    root = tmp_path / "run"
+    with ocp.CheckpointManager(str(root)) as manager:
+        for step in (1, 2, 3):
+            manager.save(step, args=ocp.args.StandardSave({"w": np.zeros(2, np.float32)}))
+        manager.wait_until_finished()
+    (root / "2" / "_CHECKPOINT_METADATA").write_text("{cut")
+    (root / "3" / "_CHECKPOINT_METADATA").write_text("[]")
+    with sk.CheckpointManager(root) as mgr:
+        assert mgr.all_steps() == [1]
+    warnings = sorted(m for m in caplog.messages if "is ignored" in m)
+    assert warnings[0].startswith(f"{root}/2 is ignored: Orbax checkpoint {root}/2:"
+                                  " _CHECKPOINT_METADATA is not valid JSON: ")
+    assert warnings[1] == (f"{root}/3 is ignored: Orbax checkpoint {root}/3:"
+                           " _CHECKPOINT_METADATA is not a JSON object")
+
+
+def test_a_json_item_of_several_files_is_corruption(tmp_path):
+    root = tmp_path / "run"
+    _composite_root(root)
+    (root / "3" / "extra" / "stray.json").write_text("{}")
+    with sk.CheckpointManager(root) as mgr:
+        with pytest.raises(sk.CorruptionError) as e:
+            mgr.load(3, sk.Checkpointables(extra=None))
+    assert str(e.value) == (f"Orbax checkpoint {root}/3/extra: a JSON item holds one file,"
+                            " this holds ['metadata', 'stray.json']")

@@ -64,25 +64,21 @@ def is_json_handler(handler: str | None) -> bool:
     return handler is not None and handler.endswith(_JSON_HANDLER)
 
 
-def steps_in(folder: str, names: list[str]) -> dict[str, tuple[int, dict, int]]:
-    """{name: (step, metrics, created_ns)} of the Orbax step folders among
-    the entries ``names`` of ``folder``. Metrics are those Orbax saved
-    (its "metrics" item, written when a ``best_fn`` is set), the time its
-    commit's."""
-    found = {}
-    for name in names:
-        path = os.path.join(folder, name)
-        step = step_of_folder(path)
-        if step is None:
-            continue
-        metadata = step_metadata(path)
-        metrics = metadata.get("metrics")
-        if not metrics and is_json_handler(item_handlers(metadata).get(_METRICS_ITEM)):
-            metrics = read_json_item(os.path.join(path, _METRICS_ITEM))
-        created = (metadata.get("commit_timestamp_nsecs") or metadata.get("init_timestamp_nsecs")
-                   or os.stat(path).st_mtime_ns)
-        found[name] = (step, metrics if isinstance(metrics, dict) else {}, int(created))
-    return found
+def describe_step(folder: str) -> tuple[int, dict, int] | None:
+    """(step, metrics, created_ns) of an Orbax step folder, None for any
+    other folder; CorruptionError when its JSON files are not Orbax's.
+    Metrics are those Orbax saved (its "metrics" item, written when a
+    ``best_fn`` is set), the time its commit's."""
+    step = step_of_folder(folder)
+    if step is None:
+        return None
+    metadata = step_metadata(folder)
+    metrics = metadata.get("metrics")
+    if not metrics and is_json_handler(item_handlers(metadata).get(_METRICS_ITEM)):
+        metrics = read_json_item(os.path.join(folder, _METRICS_ITEM))
+    created = (metadata.get("commit_timestamp_nsecs") or metadata.get("init_timestamp_nsecs")
+               or os.stat(folder).st_mtime_ns)
+    return step, metrics if isinstance(metrics, dict) else {}, int(created)
 
 
 def read_json_item(folder: str) -> Any:

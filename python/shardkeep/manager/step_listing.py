@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import jax
 
 from .. import _core
 from .. import options as options_lib
+from ..errors import ShardkeepError
 from ..job import distributed
 from ..interop import orbax_folders
 from . import leftovers
@@ -94,7 +96,8 @@ def _list_root(root: str, options: options_lib.Options) -> dict[int, Listed]:
 
 
 def _orbax_steps(root: str, entries: list[_core.RootEntry]) -> dict[str, tuple[int, dict, int]]:
-    """The Orbax steps among the entries no shardkeep state describes."""
+    """{name: (step, metrics, created_ns)} of the Orbax steps among the
+    entries no shardkeep state describes."""
     others = [e.name for e in entries if e.state is _core.EntryState.OTHER]
     local = _core.Location(root).local_path
     if local is None:  # Orbax checkpoints are read from local files alone
@@ -105,4 +108,13 @@ def _orbax_steps(root: str, entries: list[_core.RootEntry]) -> dict[str, tuple[i
                            " to resume from them, copy the root to one and open the manager"
                            " there", root, unread)
         return {}
-    return orbax_folders.steps_in(local, others)
+    found = {}
+    for name in others:
+        try:
+            described = orbax_folders.describe_step(os.path.join(local, name))
+        except ShardkeepError as e:  # as a rejected record of shardkeep's: not a step
+            logger.warning("%s is ignored: %s", leftovers.join(root, name), e)
+            continue
+        if described is not None:
+            found[name] = described
+    return found
