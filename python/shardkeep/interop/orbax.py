@@ -24,8 +24,9 @@ saved, ``<step>/<item>`` in a ``CheckpointManager`` directory (``default``
 for a single unnamed item), and ``<path>/<name>`` for the v1 API's
 ``save`` / ``save_pytree`` (``state``) and ``save_checkpointables``.
 
-The JSON files are read here; the arrays (OCDBT B-trees, zarr codecs,
-chunks) only through tensorstore, the library that defines them.
+The JSON files are read by shardkeep (``shardkeep.interop.orbax_folders``);
+the arrays (OCDBT B-trees, zarr codecs, chunks) only through tensorstore,
+the library that defines them.
 ``OrbaxSource`` describes an item as meta.json would and reads boxes of
 its arrays, so that loading one is shardkeep's own load (``load_formats``):
 the same matching, casts, typed keys, errors and load-and-broadcast.
