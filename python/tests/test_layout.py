@@ -20,6 +20,8 @@ RANK = {
     "_core": 0, "errors": 0, "s3_settings": 1, "options": 2,
     "base": 3, "job": 4, "saving": 5, "loading": 5,
     "interop": 6, "manager": 7, "__init__": 8,
+    # The Orbax drop-in is a client of the package's public API, above it.
+    "orbax": 9,
 }
 ROLES = ("base", "job", "saving", "loading", "manager", "interop")
 
@@ -98,9 +100,28 @@ def test_the_public_api_is_all_and_nothing_else():
     # The policy modules are public namespaces (``sk.save_decisions.X``, as
     # Orbax's users write ``checkpoint_managers.X``).
     namespaces = {"save_decisions", "preservation"}
+    # Imported by its users alone (``from shardkeep import orbax``), not by the package.
+    add_ons = {"orbax"}
     modules = {name for name in public if inspect.ismodule(getattr(shardkeep, name))}
-    assert modules <= set(ROLES) | {"errors", "options", "s3_settings"} | namespaces
-    assert public - (modules - namespaces) == set(shardkeep.__all__)
+    assert modules <= set(ROLES) | {"errors", "options", "s3_settings"} | namespaces | add_ons
+    assert public - (modules - namespaces) - add_ons == set(shardkeep.__all__)
+
+
+def test_the_orbax_drop_in_uses_the_public_api_alone():
+    """shardkeep.orbax imports nothing of the package but ``shardkeep`` and
+    its own modules: what it does, a user program can do."""
+    reaches = []
+    for path in _sources(PACKAGE / "orbax"):
+        reaches += [f"{path.name}: {part} {names}" for part, names in _imported_parts(path)
+                    if part != "orbax"]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level \
+                    and (node.module or "").startswith("shardkeep"):
+                reaches.append(f"{path.name}: from {node.module}")
+            elif isinstance(node, ast.Import):
+                reaches += [f"{path.name}: import {a.name}" for a in node.names
+                            if a.name.startswith("shardkeep.")]
+    assert reaches == []
 
 
 # Where a checkpoint lives and how a root is laid out are the core's to say

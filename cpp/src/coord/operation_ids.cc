@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <optional>
+#include <sstream>
 #include <vector>
 
+#include "core/decimal.h"
 #include "core/seconds_text.h"
 #include "shardkeep/checkpoint.h"
 
@@ -41,10 +44,9 @@ std::optional<std::vector<int>> Decode(const std::string& text) {
   std::istringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos) {
-      return std::nullopt;
-    }
-    processes.push_back(std::stoi(item));
+    const std::optional<int64_t> process = DecimalValue(item, std::numeric_limits<int>::max());
+    if (!process) return std::nullopt;
+    processes.push_back(static_cast<int>(*process));
   }
   return processes;
 }
@@ -165,11 +167,9 @@ class Attempt {
     std::vector<int> processes;
     for (const std::string& key : keys) {
       // The name after the last '/': services list whole keys or names.
-      const std::string tail = key.substr(key.rfind('/') + 1);
-      if (!tail.empty() && tail.size() < 10 &&
-          tail.find_first_not_of("0123456789") == std::string::npos) {
-        processes.push_back(std::stoi(tail));
-      }
+      const std::optional<int64_t> process = DecimalValue(
+          std::string_view(key).substr(key.rfind('/') + 1), std::numeric_limits<int>::max());
+      if (process) processes.push_back(static_cast<int>(*process));
     }
     std::sort(processes.begin(), processes.end());
     return processes;

@@ -6,29 +6,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/decimal.h"
 #include "shardkeep/checkpoint_root.h"
 
 namespace shardkeep {
 
 std::string TemporaryFolderOf(const std::string& path) { return path + kTemporarySuffix; }
-
-namespace {
-
-// The number a non-empty run of ASCII digits spells, nullopt for any other
-// string or one past `max`.
-std::optional<int64_t> DigitsValue(std::string_view digits, int64_t max) {
-  if (digits.empty()) return std::nullopt;
-  int64_t value = 0;
-  for (const char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    const int digit = c - '0';
-    if (value > (max - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-  }
-  return value;
-}
-
-}  // namespace
 
 std::string StepFolderName(int64_t step, int width) {
   std::string digits = std::to_string(step);
@@ -37,7 +20,7 @@ std::string StepFolderName(int64_t step, int width) {
 }
 
 std::optional<int64_t> StepOfFolderName(std::string_view name) {
-  return DigitsValue(name, std::numeric_limits<int64_t>::max());
+  return DecimalValue(name, std::numeric_limits<int64_t>::max());
 }
 
 std::string SliceFolderName(int process) {
@@ -50,7 +33,7 @@ std::string SliceFolderName(int process) {
 std::optional<int> SliceOfFolderName(std::string_view name) {
   if (!name.starts_with('p')) return std::nullopt;
   const std::optional<int64_t> process =
-      DigitsValue(name.substr(1), std::numeric_limits<int>::max());
+      DecimalValue(name.substr(1), std::numeric_limits<int>::max());
   if (!process) return std::nullopt;
   return static_cast<int>(*process);
 }

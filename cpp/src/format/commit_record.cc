@@ -7,6 +7,7 @@
 #include <iterator>
 #include <set>
 
+#include "core/decimal.h"
 #include "format/hex64.h"
 #include "format/json_parse.h"
 
@@ -79,8 +80,8 @@ Status GetEntryChecksum(const ordered_json& entry, const std::string& file,
 }
 
 
-// Parses "index/p<N>.idx" with N a decimal without leading zeros that fits
-// an int; returns N, or -1 when `path` has any other form.
+// Parses "index/p<N>.idx" with N a decimal of at most 9 digits without
+// leading zeros; returns N, or -1 when `path` has any other form.
 int ParseIndexPath(std::string_view path) {
   constexpr std::string_view kPrefix = "index/p", kSuffix = ".idx";
   if (path.size() <= kPrefix.size() + kSuffix.size() ||
@@ -89,13 +90,9 @@ int ParseIndexPath(std::string_view path) {
   }
   const std::string_view digits =
       path.substr(kPrefix.size(), path.size() - kPrefix.size() - kSuffix.size());
-  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return -1;
-  int n = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return -1;
-    n = n * 10 + (c - '0');
-  }
-  return n;
+  if (digits.size() > 1 && digits[0] == '0') return -1;
+  const std::optional<int64_t> n = DecimalValue(digits, 999'999'999);
+  return n ? static_cast<int>(*n) : -1;
 }
 
 // Reads an integer field into [lo, hi]; `what` names it in errors.

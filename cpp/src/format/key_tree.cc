@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
+#include "core/decimal.h"
 #include "shardkeep/contents.h"
 
 namespace shardkeep::format {
@@ -26,14 +28,12 @@ std::string Named(const std::vector<TreeKey>& keys, size_t count) {
   return "'" + (path.empty() ? std::string("<root>") : path) + "'";
 }
 
-// The number a name of decimal digits spells (at most 18 of them), or
-// nullopt.
+// The number a name of decimal digits spells, or nullopt.
 std::optional<uint64_t> Number(const std::string& name) {
-  if (name.empty() || name.size() > 18 ||
-      !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return std::nullopt;
-  }
-  return std::stoull(name);
+  const std::optional<int64_t> value =
+      DecimalValue(name, std::numeric_limits<int64_t>::max());
+  if (!value) return std::nullopt;
+  return static_cast<uint64_t>(*value);
 }
 
 Node ValueNode(KeyedValue value, size_t leaf) {
