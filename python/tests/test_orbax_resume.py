@@ -294,3 +294,25 @@ def test_a_json_item_of_several_files_is_corruption(tmp_path):
             mgr.load(3, sk.Checkpointables(extra=None))
     assert str(e.value) == (f"Orbax checkpoint {root}/3/extra: a JSON item holds one file,"
                             " this holds ['metadata', 'stray.json']")
+
+
+def test_the_drop_in_resumes_a_root_orbax_wrote(tmp_path):
+    """Changing the import moves a run with its steps: shardkeep.orbax's
+    manager is shardkeep's, and resumes alike."""
+    from shardkeep import orbax as drop_in
+
+    root = str(tmp_path / "run")
+    with ocp.CheckpointManager(root) as manager:
+        for step in ORBAX_STEPS:
+            manager.save(step, args=ocp.args.StandardSave({"w": np.full(3, step, np.float32)}))
+        manager.wait_until_finished()
+    options = drop_in.CheckpointManagerOptions(max_to_keep=2)
+    with drop_in.CheckpointManager(root, options=options) as manager:
+        assert manager.latest_step() == 5
+        restored = manager.restore(5, args=drop_in.args.StandardRestore(
+            {"w": np.zeros(3, np.float32)}))
+        np.testing.assert_array_equal(restored["w"], np.full(3, 5, np.float32))
+        for step in (6, 7, 8):
+            manager.save(step, args=drop_in.args.StandardSave({"w": np.full(3, step, np.float32)}))
+        manager.wait_until_finished()
+        assert manager.all_steps() == ORBAX_STEPS + [7, 8]
