@@ -282,3 +282,20 @@ def test_load_dcp_refuses_without_allow_pickle(saved):
 def test_load_of_a_dcp_folder_names_load_dcp(saved):
     with pytest.raises(sk.NotFoundError, match=r"DCP checkpoint.*shardkeep\.load_dcp"):
         sk.load(saved[0])
+
+
+def test_load_dcp_partial_loads_the_keys_the_target_names(saved):
+    path, expected = saved
+    mesh = make_mesh((8,), ("x",))
+    weight = expected["model"]["layers.0.weight"]
+    target = {"model": {"layers.0.weight": jax.ShapeDtypeStruct(
+        weight.shape, weight.dtype, sharding=NamedSharding(mesh, P("x")))}}
+    with pytest.raises(sk.IncompatibleError, match=r"checkpoint leaves not in the target: .*"
+                                                   r"'optim/step'.*\(pass partial=True to load"
+                                                   r" a subset\)"):
+        sk.load_dcp(path, target, allow_pickle=True)
+    loaded = sk.load_dcp(path, target, allow_pickle=True, partial=True)
+    assert list(loaded) == ["model"] and list(loaded["model"]) == ["layers.0.weight"]
+    got = loaded["model"]["layers.0.weight"]
+    assert got.sharding == target["model"]["layers.0.weight"].sharding
+    assert_same_bits(np.asarray(got), weight)

@@ -511,3 +511,37 @@ def test_casts_are_refused_as_native_loads_refuse_them(saved, tmp_path):
         reason = native_message[native_message.index("cannot cast float32"):]
         assert str(orbax_error.value).endswith(reason)
         assert "'params/w'" in str(orbax_error.value)
+
+
+def test_params_only_onto_a_new_mesh_with_partial(tmp_path, monkeypatch):
+    """The params of a Flax NNX + optax state saved by Orbax's
+    CheckpointManager, alone, onto another mesh: no other array is read."""
+    pytest.importorskip("flax")
+    import orbax_trainer
+
+    root = tmp_path / "run"
+    saved_mesh = make_mesh((2, 4), ("data", "model"))
+    _, states = orbax_trainer.orbax_steps(root, saved_mesh, [5])
+    new_mesh = make_mesh((4, 2), ("data", "model"))
+    target = orbax_trainer.abstract_training_state(new_mesh)
+    path = f"{root}/5"
+    with pytest.raises(sk.IncompatibleError, match=r"tree mismatch; checkpoint leaves not in"
+                                                   r" the target: 'opt/opt_state/0/count/value'.*"
+                                                   r"\(pass partial=True to load a subset\)"):
+        sk.load_orbax(path, {"params": target["params"]})
+    read = set()
+    original = orbax_reader.OrbaxSource.read
+
+    def recording_read(source, requests):
+        read.update(source.meta().leaves[r.leaf].path for r in requests)
+        return original(source, requests)
+
+    monkeypatch.setattr(orbax_reader.OrbaxSource, "read", recording_read)
+    loaded = sk.load_orbax(path, {"params": target["params"]}, partial=True)
+    assert list(loaded) == ["params"]
+    assert read and all(leaf.startswith("params/") for leaf in read)
+    kernel = loaded["params"]["hidden"]["kernel"].get_value()
+    assert kernel.sharding == NamedSharding(new_mesh, P(None, "model"))
+    assert not kernel.sharding.is_equivalent_to(NamedSharding(saved_mesh, P(None, "model")), 2)
+    for got, want in zip(jax.tree.leaves(loaded["params"]), jax.tree.leaves(states[5]["params"])):
+        assert_same_bits(np.asarray(got), want)

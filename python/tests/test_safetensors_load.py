@@ -190,3 +190,21 @@ def test_load_of_safetensors_names_load_safetensors(tmp_path):
     for path in (tmp_path / "model.safetensors", tmp_path):
         with pytest.raises(sk.NotFoundError, match=r"safetensors.*shardkeep\.load_safetensors"):
             sk.load(path)
+
+
+def test_partial_false_asks_the_target_to_name_every_tensor(tmp_path):
+    tensors = model_tensors()
+    write(tmp_path / "m.safetensors", tensors)
+    whole = target_of(tensors, lambda shape: None)
+    loaded = sk.load_safetensors(tmp_path / "m.safetensors", whole, partial=False)
+    assert_same_bits(np.asarray(leaf_at(loaded, "model.norm.bias")), tensors["model.norm.bias"])
+    subset = {"lm_head": {"weight": None}}
+    # The default loads a subset, reading no other tensor.
+    loaded = sk.load_safetensors(tmp_path / "m.safetensors", subset)
+    assert_same_bits(loaded["lm_head"]["weight"], tensors["lm_head.weight"])
+    with pytest.raises(sk.IncompatibleError) as refused:
+        sk.load_safetensors(tmp_path / "m.safetensors", subset, partial=False)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'm.safetensors'}: tensors the target does not name: ")
+    assert "'model.embed.weight'" in message and "'lm_head.weight'" not in message
+    assert message.endswith("(partial=False; the default, partial=True, loads a subset)")

@@ -10,12 +10,12 @@ from typing import Any
 
 from ..loading import load_executor
 from .. import options as options_lib
-from ..base.gc_pause import gc_paused
 from .dcp import DcpSource
 from .orbax import OrbaxSource
 
 
-def load_orbax(path, target: Any = None, *, options: options_lib.Options | None = None) -> Any:
+def load_orbax(path, target: Any = None, *, partial: bool = False,
+               options: options_lib.Options | None = None) -> Any:
     """Loads an Orbax checkpoint's pytree onto ``target``.
 
     ``path`` is the folder Orbax saved the pytree to (``_METADATA`` in
@@ -31,7 +31,9 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     metadata. Typed PRNG keys (Orbax records their implementation) load
     onto typed-key targets, and without a target as typed keys. Leaves are
     matched by shardkeep key path (keys joined by '/', see docs/FORMAT.md
-    §4.2); a target must name every saved leaf but Nones.
+    §4.2); a target must name every saved leaf but Nones, unless
+    ``partial=True``, which loads only the leaves the target names (the
+    parameters alone of a training state, say), reading no other array.
 
     A target dtype other than the saved one is a cast, with the rules of
     ``shardkeep.load`` (lossy ones need ``Options(allow_lossy_cast=True)``);
@@ -40,32 +42,27 @@ def load_orbax(path, target: Any = None, *, options: options_lib.Options | None 
     copies. Needs the ``tensorstore`` package (``shardkeep[orbax]``).
     """
     options = options_lib.resolve(options)
-    return _load_whole(OrbaxSource(path, options), target, options)
+    source = OrbaxSource(path, options)
+    return load_executor.load_with(source, target, path=source.directory, partial=partial,
+                                   options=options)
 
 
-def load_dcp(path, target: Any = None, *, allow_pickle: bool = False,
+def load_dcp(path, target: Any = None, *, allow_pickle: bool = False, partial: bool = False,
              options: options_lib.Options | None = None) -> Any:
     """Loads a PyTorch DCP checkpoint's state dict onto ``target``.
 
     ``allow_pickle=True`` is required: DCP's metadata is a pickle (see
     docs/INTEROP.md). ``target`` follows ``shardkeep.load``; leaves are
     matched by key path (DCP's record of the nested state dict, or each
-    flattened key as one dict key). Each process reads the keys its
-    boxes lie in, whole (DCP reads no part of a key); with
+    flattened key as one dict key); ``partial=True`` loads only the keys
+    the target names, as for ``shardkeep.load``. Each process reads the
+    keys its boxes lie in, whole (DCP reads no part of a key); with
     ``Options(broadcast_load=True)`` each key that several processes hold
     is read by one of them and sent to the others. Needs ``torch``
     (``shardkeep[dcp]``).
     """
     options = options_lib.resolve(options)
-    return _load_whole(DcpSource(path, allow_pickle=allow_pickle, options=options), target,
-                       options)
+    source = DcpSource(path, allow_pickle=allow_pickle, options=options)
+    return load_executor.load_with(source, target, path=source.directory, partial=partial,
+                                   options=options)
 
-
-def _load_whole(source, target: Any, options: options_lib.Options) -> Any:
-    """Every leaf of another format's ``source`` onto ``target``."""
-    with gc_paused():
-        return load_executor.load(source, target, partial=False,
-                                  broadcast=options.broadcasts_load_of(source.directory),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)

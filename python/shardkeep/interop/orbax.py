@@ -24,8 +24,9 @@ saved, ``<step>/<item>`` in a ``CheckpointManager`` directory (``default``
 for a single unnamed item), and ``<path>/<name>`` for the v1 API's
 ``save`` / ``save_pytree`` (``state``) and ``save_checkpointables``.
 
-The JSON files are read here; the arrays (OCDBT B-trees, zarr codecs,
-chunks) only through tensorstore, the library that defines them.
+The JSON files are read by shardkeep (``shardkeep.interop.orbax_folders``);
+the arrays (OCDBT B-trees, zarr codecs, chunks) only through tensorstore,
+the library that defines them.
 ``OrbaxSource`` describes an item as meta.json would and reads boxes of
 its arrays, so that loading one is shardkeep's own load (``load_formats``):
 the same matching, casts, typed keys, errors and load-and-broadcast.
@@ -33,7 +34,6 @@ the same matching, casts, typed keys, errors and load-and-broadcast.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
@@ -45,12 +45,12 @@ from ..base import dtypes, tree_codec
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
 from ..loading.load_source import Source, Span, destination
-from ..loading.other_formats import ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER
+from ..loading.other_formats import ORBAX_ITEM_MARKER
 from .optional import require
+from .orbax_folders import read_json, step_of_folder
 
 _STRINGS_FILE = "_strings.json"
 _ARRAY_METADATAS = "array_metadatas"
-_STEP_FOLDER = re.compile(r"(?:.+_)?(\d+)")
 _KEY_IMPL = "random_key_impl"
 _UNCOMMITTED = ".orbax-checkpoint-tmp"
 _ARRAY_TYPES = ("jax.Array", "np.ndarray", "scalar")
@@ -69,9 +69,9 @@ class OrbaxSource(Source):
         self.where = f"Orbax checkpoint {self.directory}"
         self._ts = ts
         self._allow_lossy = options.allow_lossy_cast
-        metadata = _read_json(self.directory, ORBAX_ITEM_MARKER)
+        metadata = read_json(self.directory, ORBAX_ITEM_MARKER)
         entries = _tree_entries(self.directory, metadata)
-        strings = (_read_json(self.directory, _STRINGS_FILE)
+        strings = (read_json(self.directory, _STRINGS_FILE)
                    if any(e["value_type"] == "string" for e in entries) else {})
         key_impls = _key_impls(self.directory)
         opener = _ArrayOpener(ts, self.directory, metadata, options)
@@ -94,13 +94,8 @@ class OrbaxSource(Source):
     @property
     def step(self) -> int | None:
         """The step of the ``CheckpointManager`` step folder the item sits
-        in (``<step>`` or ``<prefix>_<step>``, with ``_CHECKPOINT_METADATA``),
-        None for an item saved elsewhere."""
-        folder = os.path.dirname(self.directory)
-        match = _STEP_FOLDER.fullmatch(os.path.basename(folder))
-        if match is None or not os.path.isfile(os.path.join(folder, ORBAX_STEP_MARKER)):
-            return None
-        return int(match.group(1))
+        in, None for an item saved elsewhere."""
+        return step_of_folder(os.path.dirname(self.directory))
 
     def _describe(self, entry: dict, opened, strings: dict, key_impls: dict) -> _core.LeafInfo:
         keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]
@@ -189,7 +184,7 @@ def _key_impls(directory: str) -> dict[str, str]:
         return {}
     impls = {}
     for name in sorted(os.listdir(folder)):
-        records = _read_json(folder, name)
+        records = read_json(folder, name)
         try:
             for record in records["array_metadatas"]:
                 metadata = record["array_metadata"]
@@ -226,17 +221,6 @@ def find_item_folder(path: str) -> str:
             f" {os.path.join(path, steps[-1])} (steps: {', '.join(steps)})")
     raise NotFoundError(f"no Orbax checkpoint at {path}: neither it nor a subfolder has"
                         f" {ORBAX_ITEM_MARKER}")
-
-
-def _read_json(directory: str, name: str) -> Any:
-    file = os.path.join(directory, name)
-    try:
-        with open(file, "rb") as f:
-            return json.loads(f.read())
-    except FileNotFoundError as e:
-        raise NotFoundError(f"Orbax checkpoint {directory}: {name} is missing") from e
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CorruptionError(f"Orbax checkpoint {directory}: {name} is not valid JSON: {e}") from e
 
 
 def _tree_entries(directory: str, meta: Any) -> list[dict]:

@@ -24,7 +24,6 @@ from ..loading import load_executor
 from .. import options as options_lib
 from ..base.array_source import ArraySource
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError
-from ..base.gc_pause import gc_paused
 from ..loading.load_source import CoreSource
 
 # The core's name for the one checkpointable of a safetensors source.
@@ -34,7 +33,7 @@ KeyMap = Callable[[str], str] | Mapping[str, str]
 
 
 def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
-                     options: options_lib.Options | None = None) -> Any:
+                     partial: bool = True, options: options_lib.Options | None = None) -> Any:
     """Loads tensors from safetensors files onto ``target``'s shardings.
 
     ``path``: a ``.safetensors`` file, a folder holding them, or a
@@ -48,10 +47,15 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     ``["model"]["layers"][0]["weight"]`` reads ``model.layers.0.weight``.
     ``key_map`` replaces that: a mapping or a function from a leaf's key
     path (keys joined by ``"/"``, as ``shardkeep.metadata`` names leaves)
-    to a tensor name. Tensors the target does not name are not read; a
-    target leaf whose tensor is missing raises IncompatibleError, and so
-    does a shape that differs. A dtype that differs is cast (lossy casts
-    need ``Options(allow_lossy_cast=True)``).
+    to a tensor name. A target leaf whose tensor is missing raises
+    IncompatibleError, and so does a shape that differs. A dtype that
+    differs is cast (lossy casts need ``Options(allow_lossy_cast=True)``).
+
+    ``partial`` is that of ``shardkeep.load``, with the other default:
+    True loads the tensors the target names and reads no others (files
+    commonly hold more tensors than one model takes: a head, tied or
+    unused weights); False also checks that the target names every tensor
+    in the files, raising IncompatibleError naming those it leaves out.
 
     Without a target every tensor is loaded as a numpy array into nested
     dicts, its name split at ``"."`` (``{"model": {"layers": {"0": ...}}}``).
@@ -66,21 +70,16 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     if target is None:
         meta = _core.PytreeInfo(_nested_dicts(path, names), meta.leaves)
     else:
-        meta = _renamed_for(path, meta, names, target, key_map)
+        meta = _renamed_for(path, meta, names, target, key_map, partial)
     source = CoreSource(reader, _TENSORS, path, core_options, map_files=map_files, meta=meta)
-    with gc_paused():
-        return load_executor.load(source, target, partial=True,
-                                  broadcast=options.broadcasts_load_of(path),
-                                  allow_lossy_cast=options.allow_lossy_cast,
-                                  timeout_s=options.timeout_s,
-                                  donate=options.donate_target)
+    return load_executor.load_with(source, target, path=path, partial=True, options=options)
 
 
 def _renamed_for(path: str, meta: _core.PytreeInfo, names: list[str], target: Any,
-                 key_map: KeyMap | None) -> _core.PytreeInfo:
+                 key_map: KeyMap | None, partial: bool) -> _core.PytreeInfo:
     """``meta`` with each tensor wanted by ``target`` named by its leaf's key
     path, so that the planner matches them; other tensors keep names no key
-    path can take."""
+    path can take (and are an error unless ``partial``)."""
     keyed, _ = jax.tree_util.tree_flatten_with_path(target, is_leaf=lambda x: x is None)
     number = {name: i for i, name in enumerate(names)}
     leaves = meta.leaves
@@ -95,9 +94,16 @@ def _renamed_for(path: str, meta: _core.PytreeInfo, names: list[str], target: An
             continue
         leaves[number[tensor]].path = key_path
     if missing:
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        raise IncompatibleError(f"{path}: target leaves without a tensor: {shown}")
+        raise IncompatibleError(f"{path}: target leaves without a tensor: {_shown(missing)}")
+    unnamed = [repr(name) for name, leaf in zip(names, leaves) if leaf.path.startswith("\0")]
+    if unnamed and not partial:
+        raise IncompatibleError(f"{path}: tensors the target does not name: {_shown(unnamed)}"
+                                " (partial=False; the default, partial=True, loads a subset)")
     return _core.PytreeInfo(meta.tree, leaves)
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def _tensor_name(keys, key_path: str, key_map: KeyMap | None) -> str:

@@ -28,7 +28,9 @@ import jax
 import numpy as np
 
 from .. import _core
+from .. import options as options_lib
 from ..base import dtypes, host_memory, prng_keys, unchanged
+from ..base.gc_pause import gc_paused
 from . import broadcast_load, donation, load_plan, placement
 from .load_plan import Finish, LeafPlan, LoadPlan, Slot
 from .load_source import Source, Verify
@@ -47,6 +49,16 @@ def load(source: Source, target: Any, *, partial: bool, broadcast: bool,
                           broadcast=broadcast, allow_lossy_cast=allow_lossy_cast,
                           donate=donate)
     return execute(plan, source, timeout_s=timeout_s)
+
+
+def load_with(source: Source, target: Any, *, path: str, partial: bool,
+              options: options_lib.Options) -> Any:
+    """``load`` with ``options``' casts, timeout and donation, broadcast
+    when they ask it for ``path``, and the garbage collector paused."""
+    with gc_paused():
+        return load(source, target, partial=partial, broadcast=options.broadcasts_load_of(path),
+                    allow_lossy_cast=options.allow_lossy_cast, timeout_s=options.timeout_s,
+                    donate=options.donate_target)
 
 
 class _Run:

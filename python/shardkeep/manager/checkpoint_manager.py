@@ -14,7 +14,9 @@ over modules with one role each:
   own, and ``wait`` waits on the save queue;
 - the errors of that work (``background_errors``), raised by the next
   ``save``, ``wait`` or ``close``;
-- the local tier (``local_tier``), whose slices end alike.
+- the local tier (``local_tier``), whose slices end alike;
+- the Orbax steps under the root (``orbax_steps``): listed, loaded,
+  never deleted.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import jax
 from .. import _core
 from ..job import distributed
 from .. import options as options_lib
-from . import (commits, local_restore, local_tier, policy_arguments, policy_info, preservation,
-               save_decisions, step_agreement, step_listing, step_record)
+from . import (commits, local_restore, local_tier, orbax_steps, policy_arguments, policy_info,
+               preservation, save_decisions, step_agreement, step_listing, step_record)
 from ..base import named_parts
 from ..saving import staging_pool
-from ..errors import InvalidArgumentError, NotFoundError
+from ..errors import InvalidArgumentError
 from ..loading.load import load
 from .background_errors import BackgroundErrors
 from .deletions import Deletions
@@ -66,7 +68,8 @@ class CheckpointManager:
     Retention (``preservation_policy``, see ``shardkeep.preservation``; or
     its short forms ``keep_last``, ``keep_every_steps``, ``keep_best`` by
     ``best_metric`` in ``best_mode``) runs after each commit and never
-    deletes the newest step; see docs/MANAGER.md.
+    deletes the newest step nor an Orbax step (Orbax's step folders under
+    the root are steps to load and resume from); see docs/MANAGER.md.
 
     ``local_root`` (a path per process; ``{process}`` in it is replaced by
     the process index) adds a local tier: every
@@ -130,7 +133,7 @@ class CheckpointManager:
         # What every process calls this manager: names its collective calls.
         self._job_id = distributed.agree("manager", self._root, self._options.timeout_s)
         self._record = step_record.StepRecord(
-            step_listing.committed_steps(self._root, self._options, self._job_id))
+            self._root, step_listing.committed_steps(self._root, self._options, self._job_id))
         self._errors = BackgroundErrors()
         self._in_flight = commits.InFlight(self._options.timeout_s, self._errors)
         self._deletions = Deletions(self._root, self._options, jax.process_index() == 0,
@@ -155,8 +158,12 @@ class CheckpointManager:
         return self._root
 
     def all_steps(self) -> list[int]:
-        """Committed steps, in increasing order."""
+        """Committed steps, in increasing order (Orbax's among them)."""
         return self._record.steps()
+
+    def orbax_steps(self) -> list[int]:
+        """The committed steps that are Orbax's, loaded but never deleted."""
+        return self._record.orbax_steps()
 
     def latest_step(self) -> int | None:
         """The latest committed step, or None."""
@@ -168,11 +175,9 @@ class CheckpointManager:
         return None if self._best is None else self._record.ranked_first(self._best)
 
     def metrics(self, step: int) -> dict:
-        """The metrics committed step ``step`` was saved with."""
-        metrics = self._record.metrics(step)
-        if metrics is None:
-            raise NotFoundError(self._not_committed(step))
-        return metrics
+        """The metrics committed step ``step`` was saved with (an Orbax
+        step's: those Orbax recorded, if any)."""
+        return self._record.metrics(step)
 
     def step_path(self, step: int) -> str:
         """Where step ``step`` is (or would be) saved."""
@@ -281,22 +286,20 @@ class CheckpointManager:
         names the parts to load (reading no others; an empty one loads
         every part) and a Checkpointables is returned; anything else, None
         and plain dicts included, is the target of "state", returned alone.
-        The step is not deleted while it is being loaded. ``options`` None
-        are the manager's; given ones without ``s3`` settings take the
-        manager's, so the root's store is the one read.
+        The step is not deleted while it is being loaded. An Orbax step's items
+        are its parts (``default`` is "state"). ``options`` None are the
+        manager's; given ones without ``s3`` settings take the manager's.
         """
         self._check_open()
-        held = self._record.hold(step)
-        if held is None:
-            raise NotFoundError(f"no committed checkpoint under {self._root!r}" if step is None
-                                else self._not_committed(step))
-        step, name = held
+        step, name = self._record.hold(step)
         path = _join(self._root, name)
         if options is None:
             options = self._options
         elif options.s3 is None:  # the root's store stays the one to read from
             options = dataclasses.replace(options, s3=self._options.s3)
         try:
+            if self._record.is_orbax(step):
+                return orbax_steps.load(path, target, partial=partial, options=options)
             return load(path, target, partial=partial, options=options)
         finally:
             self._book.release(step)
@@ -393,8 +396,4 @@ class CheckpointManager:
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidArgumentError(f"the manager of {self._root!r} is closed")
-
-    def _not_committed(self, step: int) -> str:
-        return (f"step {step} is not a committed checkpoint under {self._root!r};"
-                f" committed steps: {self._record.steps()}")
 

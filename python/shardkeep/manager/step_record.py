@@ -6,6 +6,10 @@ was found plus what was committed, and every decision (save or skip, what
 retention drops) is a function of it and of values identical on all
 processes, so all processes decide alike.
 
+Orbax steps found under the root (``shardkeep.manager.orbax_steps``)
+are committed steps to list, load and time save decisions by, but not
+retention's to delete nor the base a save takes unchanged arrays from.
+
 The training thread reads it; the save queue's thread adds each commit
 (``shardkeep.manager.commits``). One lock guards it all.
 """
@@ -18,13 +22,22 @@ import datetime
 import json
 import math
 import threading
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 from . import policy_info, preservation
+
+
+class Listed(NamedTuple):
+    """A committed step as the root's listing found it."""
+
+    name: str  # its folder under the root
+    metrics: dict
+    created_ns: int
+    orbax: bool  # an Orbax step folder, not shardkeep's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +53,14 @@ class StepRecord:
     steps this manager saved, their start by the manager's clock; and the
     steps held from deletion (being loaded, or the base of a save)."""
 
-    def __init__(self, found: dict[int, tuple[str, dict, int]]):
-        """``found``: {step: (folder name, metrics, created_ns)} of the listing."""
+    def __init__(self, root: str, found: dict[int, Listed]):
+        """``found``: the listing's committed steps under ``root``."""
+        self._root = root
         self._lock = threading.Lock()
-        self._steps = {step: metrics for step, (_, metrics, _) in found.items()}
-        self._created_ns = {step: created for step, (_, _, created) in found.items()}
-        self._names = {step: name for step, (name, _, _) in found.items()}
+        self._steps = {step: listed.metrics for step, listed in found.items()}
+        self._created_ns = {step: listed.created_ns for step, listed in found.items()}
+        self._names = {step: listed.name for step, listed in found.items()}
+        self._orbax = frozenset(step for step, listed in found.items() if listed.orbax)
         # Step saved by this manager -> its start by ``clock`` (save decisions).
         self._started_times: dict[int, datetime.datetime] = {}
         self._version = 0  # counts the changes of the record above
@@ -63,11 +78,21 @@ class StepRecord:
         with self._lock:
             return max(self._steps, default=None)
 
-    def metrics(self, step: int) -> dict | None:
-        """A copy of ``step``'s metrics; None when it is not committed."""
+    def orbax_steps(self) -> list[int]:
+        """The committed steps that are Orbax step folders."""
+        with self._lock:
+            return sorted(self._orbax.intersection(self._steps))
+
+    def is_orbax(self, step: int) -> bool:
+        return step in self._orbax
+
+    def metrics(self, step: int) -> dict:
+        """A copy of ``step``'s metrics; NotFoundError when it is not committed."""
         with self._lock:
             metrics = self._steps.get(step)
-            return None if metrics is None else dict(metrics)
+        if metrics is None:
+            raise NotFoundError(self._not_committed(step))
+        return dict(metrics)
 
     def name(self, step: int) -> str | None:
         with self._lock:
@@ -117,7 +142,8 @@ class StepRecord:
             self._started_times[step] = started_time
             self._names[step] = name
             try:
-                dropped = preservation.steps_to_delete(self._committed(), policy)
+                dropped = preservation.steps_to_delete(
+                    [info for info in self._committed() if info.step not in self._orbax], policy)
             except Exception as e:  # noqa: BLE001 - the policy's: raised on the next call
                 return [], e
             deletions = []
@@ -133,25 +159,25 @@ class StepRecord:
             return deletions, None
 
     def hold_latest(self) -> tuple[int, str] | None:
-        """Holds the latest committed step from deletion (the base of a
-        save) until ``release``; (step, name), or None without a step."""
+        """Holds the latest committed shardkeep step from deletion (the base
+        of a save) until ``release``; (step, name), or None without one."""
         with self._lock:
-            base = max(self._steps, default=None)
+            base = max((s for s in self._steps if s not in self._orbax), default=None)
             if base is None:
                 return None
             self._in_use[base] += 1
             return base, self._names[base]
 
-    def hold(self, step: int | None) -> tuple[int, str] | None:
+    def hold(self, step: int | None) -> tuple[int, str]:
         """Holds committed ``step`` (None: the latest) from deletion (a load)
-        until ``release``; (step, name), or None when there is no such step."""
+        until ``release``; (step, name). NotFoundError when there is no such step."""
         with self._lock:
-            if step is None:
-                step = max(self._steps, default=None)
-            if step is None or step not in self._steps:
-                return None
-            self._in_use[step] += 1
-            return step, self._names[step]
+            wanted = max(self._steps, default=None) if step is None else step
+            if wanted is not None and wanted in self._steps:
+                self._in_use[wanted] += 1
+                return wanted, self._names[wanted]
+        raise NotFoundError(f"no committed checkpoint under {self._root!r}" if step is None
+                            else self._not_committed(step))
 
     def release(self, step: int) -> Dropped | None:
         """Lets go of a hold; returns the step to delete when retention
@@ -163,6 +189,11 @@ class StepRecord:
             del self._in_use[step]
             name = self._deferred.pop(step, None)
         return None if name is None else Dropped(step, name)
+
+    def _not_committed(self, step: int) -> str:
+        orbax = self.orbax_steps()
+        return (f"step {step} is not a committed checkpoint under {self._root!r};"
+                f" committed steps: {self.steps()}" + (f" (Orbax steps: {orbax})" if orbax else ""))
 
     def _committed(self) -> list[policy_info.PolicyCheckpointInfo]:
         """The committed steps as the policies see them, oldest first (holding the lock)."""

@@ -152,3 +152,32 @@ def broadcast_dcp(path: str) -> dict:
     loaded = sk.load_dcp(path, target, allow_pickle=True,
                          options=_BROADCAST)
     return _check_broadcast_load(loaded, target, reads)
+
+
+def step_values(step: int) -> dict[str, np.ndarray]:
+    """What an Orbax run saved at ``step`` (test_orbax_resume.py)."""
+    return {name: value + step for name, value in expected().items()}
+
+
+def resume_orbax(root: str) -> dict:
+    """Every process opens a shardkeep manager on a root of Orbax steps,
+    restores the latest onto a mesh over every process's devices, saves the
+    next step in shardkeep's format, and reopens the root."""
+    mesh = _mesh()
+    shardings = _shardings(mesh)
+    values = step_values(2)
+    target = {name: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=shardings[name])
+              for name, value in values.items()}
+    with sk.CheckpointManager(root, save_interval_steps=1) as mgr:
+        listed, orbax = mgr.all_steps(), mgr.orbax_steps()
+        step, state = mgr.restore(target)
+        for name, array in state.items():
+            for shard in array.addressable_shards:
+                assert np.asarray(shard.data).tobytes() == values[name][shard.index].tobytes()
+        mgr.save(3, state)
+        mgr.wait()
+        after = mgr.all_steps()
+    with sk.CheckpointManager(root) as mgr:
+        reopened = mgr.all_steps()
+    return {"listed": listed, "orbax": orbax, "restored": step, "after": after,
+            "reopened": reopened}
