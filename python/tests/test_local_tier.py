@@ -75,6 +75,25 @@ def test_restore_takes_the_newest_local_step_bit_exact(tmp_path):
     assert isinstance(whole["w"], np.ndarray) and _equal(whole, _state(6, mesh))
 
 
+def test_custom_metadata_stays_with_the_persistent_step(tmp_path):
+    # The local tier marks its slices in their custom metadata: a user's
+    # custom metadata goes to the persistent step alone, and cannot take
+    # the mark's key ("shardkeep_" keys are refused).
+    mesh = _mesh()
+    with _manager(tmp_path) as mgr:
+        for step in range(1, 6):
+            mgr.save(step, _state(step, mesh), custom_metadata={"step": step})
+        mgr.wait()
+        assert mgr.all_steps() == [4]
+        assert mgr.custom_metadata(4) == {"step": 4}
+        slice_record = sk.metadata(tmp_path / "local0" / "p0" / "000000005")
+        assert slice_record.custom_metadata == {
+            local_slices.LOCAL_MARK: {"process": 0, "process_count": 1}}
+    with _manager(tmp_path) as mgr:
+        step, value = mgr.restore(_state(0, mesh))
+    assert step == 5 and _equal(value, _state(5, mesh))
+
+
 def test_restoring_one_tree_from_named_parts_says_what_to_call(tmp_path):
     mesh = _mesh()
     with _manager(tmp_path) as mgr:

@@ -113,6 +113,36 @@ def test_metrics_are_stored_in_the_commit_record(tmp_path):
         assert mgr.metrics(1) == expected
 
 
+def test_custom_metadata_is_kept_in_the_commit_record(tmp_path):
+    custom = {"scan_layers": True, "lora": {"rank": 8, "targets": ["q", "v"]}}
+    with sk.CheckpointManager(tmp_path) as mgr:
+        mgr.save(1, state(1), custom_metadata=custom)
+        mgr.save(2, state(2))
+        mgr.wait()
+        assert mgr.custom_metadata(1) == custom
+        assert mgr.custom_metadata(2) == {}
+        assert sk.metadata(mgr.step_path(1)).custom_metadata == custom
+    with sk.CheckpointManager(tmp_path) as mgr:
+        assert mgr.custom_metadata(1) == custom
+        with pytest.raises(sk.NotFoundError, match="3"):
+            mgr.custom_metadata(3)
+
+
+def test_custom_metadata_is_checked_before_anything_is_saved(tmp_path):
+    with sk.CheckpointManager(tmp_path, save_interval_steps=10) as mgr:
+        with pytest.raises(sk.InvalidArgumentError,
+                           match=r"custom_metadata must be a mapping, got list"):
+            mgr.save(1, state(1), custom_metadata=["x"])
+        # Refused on a step that is not due too: the error shows at once.
+        with pytest.raises(sk.InvalidArgumentError,
+                           match=r"keys \['shardkeep_local'\] are reserved.*rename them"):
+            mgr.save(1, state(1), custom_metadata={"shardkeep_local": 1, "lr": 0.1})
+        with pytest.raises(sk.InvalidArgumentError, match="not JSON-serialisable"):
+            mgr.save(10, state(10), custom_metadata={"lr": object()})
+        mgr.wait()
+        assert mgr.all_steps() == []
+
+
 def test_keep_last_deletes_older_steps_on_disk(tmp_path):
     with sk.CheckpointManager(tmp_path, keep_last=2, step_width=3) as mgr:
         for step in range(1, 6):

@@ -148,6 +148,18 @@ def test_the_items_of_a_composite_step_are_checkpointables(tmp_path):
                                 " as checkpointables, are ['extra', 'state']")
 
 
+def test_an_orbax_steps_custom_metadata_is_read(tmp_path):
+    root = tmp_path / "run"
+    with ocp.CheckpointManager(str(root)) as manager:
+        manager.save(2, args=ocp.args.StandardSave({"w": np.arange(4.0)}),
+                     custom_metadata={"scan_layers": False, "lora": {"rank": 4}})
+        manager.save(3, args=ocp.args.StandardSave({"w": np.arange(4.0)}), force=True)
+        manager.wait_until_finished()
+    with sk.CheckpointManager(root) as mgr:
+        assert mgr.custom_metadata(2) == {"scan_layers": False, "lora": {"rank": 4}}
+        assert mgr.custom_metadata(3) == {}
+
+
 def test_a_step_without_state_names_its_items(tmp_path):
     root = tmp_path / "run"
     _composite_root(root, ("model", "config"))

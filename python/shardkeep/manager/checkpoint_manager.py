@@ -79,16 +79,11 @@ class CheckpointManager:
     ``restore`` resumes from the newest step either tier can rebuild (see
     ``shardkeep.manager.local_tier`` and docs/MANAGER.md, "Local tier").
 
-    With ``reuse_unchanged`` (the default), each save takes the arrays that
+    With ``reuse_unchanged`` (the default), a save links the arrays that
     have not changed since the latest committed step (the same
-    ``jax.Array`` objects saved there, or loaded from there) from that step
-    instead of writing them again: the new step links its data files (on
-    an object store, the server copies them), and stays whole when that
-    step is deleted (``shardkeep.save``'s ``base``, docs/INCREMENTAL.md).
-    The step reused is not deleted before the save that reuses it ends.
-    ``Options(compare_with_base=True)`` also links arrays rebuilt with
-    equal values, found by comparing. The local tier always compares each
-    box with its previous local step's (docs/MANAGER.md, "Local save").
+    ``jax.Array`` objects, or equal values with
+    ``Options(compare_with_base=True)``) instead of writing them again
+    (``shardkeep.save``'s ``base``; docs/INCREMENTAL.md, docs/MANAGER.md).
 
     The root, shared by all processes of the job, is a file-system path
     (or ``file://``), an ``s3://bucket/prefix`` (configured by the
@@ -179,6 +174,17 @@ class CheckpointManager:
         step's: those Orbax recorded, if any)."""
         return self._record.metrics(step)
 
+    def custom_metadata(self, step: int) -> dict:
+        """The custom metadata committed step ``step`` was saved with (an
+        Orbax step's: the ``custom_metadata`` of its _CHECKPOINT_METADATA)."""
+        path = _join(self._root, self._record.hold(step)[1])
+        try:
+            if self._record.is_orbax(step):
+                return orbax_steps.custom_metadata(path)
+            return dict(_core.Reader(path, self._options.to_core()).commit.custom_metadata)
+        finally:
+            self._book.release(step)
+
     def step_path(self, step: int) -> str:
         """Where step ``step`` is (or would be) saved."""
         name = self._record.name(step) or _core.step_folder_name(step, self._width)
@@ -195,14 +201,17 @@ class CheckpointManager:
     # -- save ------------------------------------------------------------
 
     def save(self, step: int, tree_or_checkpointables: Any, *, metrics: Mapping | None = None,
-             force: bool = False) -> bool:
+             custom_metadata: Mapping | None = None, force: bool = False) -> bool:
         """Saves ``step`` if it is due; returns whether a save was started.
 
-        Raises the error of an earlier background save or deletion, if any.
-        A step not after the last saved one is not saved (False).
+        ``custom_metadata`` (a JSON object; "shardkeep_" keys are shardkeep's)
+        is kept in the step's commit record: ``custom_metadata(step)``. Raises
+        an earlier background save's or deletion's error. A step not after
+        the last saved one is not saved (False).
         """
         self._check_open()
         step = step_record.checked_step(step)
+        custom_metadata = step_record.checked_custom_metadata(custom_metadata)
         self._errors.raise_first()
         preempted = self.reached_preemption(step)
         # Asked at every step, forced or not: see save_decisions.Decider.
@@ -231,7 +240,7 @@ class CheckpointManager:
         metrics = step_record.plain_metrics(metrics)
         items = named_parts.to_save(tree_or_checkpointables)
         if due:
-            self._save_persistent(step, items, metrics)
+            self._save_persistent(step, items, metrics, custom_metadata)
         if local is not None:
             self._save_local(local, step, items)
         return True
@@ -249,7 +258,8 @@ class CheckpointManager:
         if not self._async:
             self._in_flight.wait_local()
 
-    def _save_persistent(self, step: int, items: dict, metrics: dict) -> None:
+    def _save_persistent(self, step: int, items: dict, metrics: dict,
+                         custom_metadata: Mapping | None) -> None:
         self._in_flight.wait_commit()
         self._deletions.remove_leftovers()
         name = _core.step_folder_name(step, self._width)
@@ -262,7 +272,7 @@ class CheckpointManager:
         try:
             commit.future = start_save(
                 _join(self._root, name), items, asynchronous=self._async, metrics=metrics,
-                step=step, options=self._options,
+                custom_metadata=custom_metadata, step=step, options=self._options,
                 base=None if base is None else _join(self._root, base[1]),
                 on_finished=self._book.on_end(commit))
         except Exception:
@@ -287,8 +297,8 @@ class CheckpointManager:
         every part) and a Checkpointables is returned; anything else, None
         and plain dicts included, is the target of "state", returned alone.
         The step is not deleted while it is being loaded. An Orbax step's items
-        are its parts (``default`` is "state"). ``options`` None are the
-        manager's; given ones without ``s3`` settings take the manager's.
+        are its parts (``default`` is "state"). ``options`` given without
+        ``s3`` settings take the manager's.
         """
         self._check_open()
         step, name = self._record.hold(step)
@@ -310,29 +320,20 @@ class CheckpointManager:
 
         Collective: every process of the job calls it. With a local tier,
         the processes agree on the newest step whose every slice some
-        process's local root holds (its own slices and its peer copies);
-        that step is loaded from the local roots when it is not older than
-        the latest persistent step, which is loaded otherwise. ``target``,
-        ``partial`` and ``options`` are those of ``load``. None when
-        neither tier has a step.
+        process's local root holds (``local_restore.restore``), loaded when
+        not older than the latest persistent step, which is loaded
+        otherwise; None when neither has one. The arguments are ``load``'s.
         """
         self._check_open()
         # The local saves in flight first: listing the local root removes
         # what looks like the leftovers of unfinished saves.
         self._in_flight.wait_local()
         persistent = self.latest_step()
-        local = self._local
-        decision = local.decide() if local is not None else None
-        if local is not None and decision is not None and (
-                persistent is None or decision.step >= persistent):
-            if options is None:
-                options = self._options
-            values = local_restore.load(local, decision, named_parts.to_load(target),
-                                        partial=partial, options=options)
-            return decision.step, named_parts.loaded(target, values)
-        if decision is not None:
-            logger.info("local step %d is older than persistent step %d, which is loaded",
-                        decision.step, persistent)
+        restored = None if self._local is None else local_restore.restore(
+            self._local, persistent, target, partial=partial,
+            options=self._options if options is None else options)
+        if restored is not None:
+            return restored
         if persistent is None:
             return None
         return persistent, self.load(persistent, target, partial=partial, options=options)

@@ -86,6 +86,23 @@ class PieceKey(NamedTuple):
     dtype: str
 
 
+def restore(tier, persistent: int | None, target: Any, *, partial: bool,
+            options: options_lib.Options) -> tuple[int, Any] | None:
+    """(step, value) of the newest local step the job can rebuild, loaded
+    onto ``target`` as ``CheckpointManager.restore`` loads; None when there
+    is none or it is older than ``persistent`` (the latest persistent step,
+    which is then the one to load). Collective, as ``LocalTier.decide``."""
+    decision = tier.decide()
+    if decision is None:
+        return None
+    if persistent is not None and decision.step < persistent:
+        logger.info("local step %d is older than persistent step %d, which is loaded",
+                    decision.step, persistent)
+        return None
+    values = load(tier, decision, named_parts.to_load(target), partial=partial, options=options)
+    return decision.step, named_parts.loaded(target, values)
+
+
 def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,
          options: options_lib.Options) -> dict[str, Any]:
     """Loads step ``decision.step`` from the slices (collective), reported as

@@ -24,6 +24,10 @@ from ..base import unchanged
 from ..errors import CorruptionError
 
 SLICE_PART = "shardkeep-local-slice"
+# The custom-metadata key of a slice's commit record that says which slice
+# of which save it is; the manager refuses it (and every "shardkeep_" key)
+# in a user's custom metadata (``step_record.checked_custom_metadata``).
+LOCAL_MARK = "shardkeep_local"
 
 
 class SliceShard(NamedTuple):

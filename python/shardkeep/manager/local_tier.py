@@ -188,7 +188,7 @@ class LocalTier:
         parts = local_slices.parts_of(header, buffers, q, self.count,
                                       compare_with=self._previous(q, step))
         return LocalSave(step, q, name, os.path.join(folder, name), time.monotonic(), parts,
-                         {"shardkeep_local": {"process": q, "process_count": self.count}},
+                         {local_slices.LOCAL_MARK: {"process": q, "process_count": self.count}},
                          lease)
 
     def _previous(self, q: int, step: int) -> local_slices.Previous | None:
@@ -339,7 +339,7 @@ class LocalTier:
                     if entry.state is _core.EntryState.REJECTED:
                         logger.warning("%s is ignored: %s", path, entry.problem)
                     continue
-                mark = commit.custom_metadata.get("shardkeep_local") or {}
+                mark = commit.custom_metadata.get(local_slices.LOCAL_MARK) or {}
                 count = mark.get("process_count")
                 if mark.get("process") != q or not isinstance(count, int) or count <= q:
                     logger.warning("%s is ignored: it is not slice %d of a local save", path, q)

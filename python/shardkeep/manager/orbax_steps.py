@@ -61,6 +61,13 @@ def load(path: str, target: Any, *, partial: bool, options: options_lib.Options)
     return named_parts.loaded(target, values)
 
 
+def custom_metadata(path: str) -> dict:
+    """The custom metadata the Orbax step at ``path`` was saved with: the
+    ``custom_metadata`` of its ``_CHECKPOINT_METADATA`` ({} when absent)."""
+    value = orbax_folders.step_metadata(path).get("custom_metadata")
+    return dict(value) if isinstance(value, dict) else {}
+
+
 def _items(path: str) -> dict[str, tuple[str, str | None]]:
     """{checkpointable name: (item folder, None when shardkeep reads it,
     else the handler that wrote it)} of the step folder ``path``."""

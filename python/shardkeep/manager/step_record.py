@@ -28,7 +28,10 @@ import jax
 import numpy as np
 
 from ..errors import InvalidArgumentError, NotFoundError
-from . import policy_info, preservation
+from . import local_slices, policy_info, preservation
+
+# The prefix of the custom-metadata keys shardkeep's own records use.
+RESERVED_PREFIX = "shardkeep_"
 
 
 class Listed(NamedTuple):
@@ -225,6 +228,25 @@ def plain_metrics(metrics: Mapping | None) -> dict:
                                      allow_nan=False))
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"metrics are not JSON-serialisable: {e}") from e
+
+
+def checked_custom_metadata(custom_metadata: Mapping | None) -> Mapping | None:
+    """A save's ``custom_metadata``, refused when a key starts with
+    "shardkeep_": those mark shardkeep's own records (the local tier's
+    slices carry ``local_slices.LOCAL_MARK``), and a user's key must never
+    make a step read as one of them, nor be taken for theirs."""
+    if custom_metadata is None:
+        return None
+    if not isinstance(custom_metadata, Mapping):
+        raise InvalidArgumentError(
+            f"custom_metadata must be a mapping, got {type(custom_metadata).__name__}")
+    reserved = sorted(str(k) for k in custom_metadata if str(k).startswith(RESERVED_PREFIX))
+    if reserved:
+        raise InvalidArgumentError(
+            f"custom_metadata keys {reserved} are reserved: keys starting with"
+            f" {RESERVED_PREFIX!r} mark shardkeep's own records (such as"
+            f" {local_slices.LOCAL_MARK!r}); rename them")
+    return custom_metadata
 
 
 def checked_step(step) -> int:
