@@ -226,6 +226,18 @@ def test_keep_period_and_should_save_answer_as_orbax(tmp_path):
 
 
 @BOTH
+def test_custom_metadata_is_kept_with_its_step(ocp, tmp_path):
+    custom = {"scan_layers": True, "lora": {"rank": 8}}
+    with ocp.CheckpointManager(tmp_path / "run") as mngr:
+        mngr.save(1, args=ocp.args.StandardSave({"a": jnp.ones(2)}), custom_metadata=custom)
+        mngr.save(2, args=ocp.args.StandardSave({"a": jnp.ones(2)}))
+        mngr.wait_until_finished()
+    with ocp.CheckpointManager(tmp_path / "run") as mngr:
+        assert mngr.metadata(1).custom_metadata == custom
+        assert mngr.metadata(2).custom_metadata == {}
+
+
+@BOTH
 def test_forcing_a_saved_step_raises_a_value_error(ocp, tmp_path):
     with ocp.CheckpointManager(tmp_path / "run") as mngr:
         mngr.save(2, args=ocp.args.StandardSave({"a": jnp.ones(2)}))
@@ -299,7 +311,6 @@ SAVE = sk_ocp.args.StandardSave({"a": jnp.ones(2)})
 REFUSED_CALLS = [
     ("items", lambda m: m.save(1, items={"a": jnp.ones(2)}, args=SAVE)),
     ("save_kwargs", lambda m: m.save(1, save_kwargs={}, args=SAVE)),
-    ("custom_metadata", lambda m: m.save(1, args=SAVE, custom_metadata={"lora": 1})),
     ("save_args", lambda m: m.save(1, args=sk_ocp.args.StandardSave({"a": jnp.ones(2)},
                                                                    save_args={"a": object()}))),
     ("custom_metadata", lambda m: m.save(1, args=sk_ocp.args.PyTreeSave(
@@ -320,6 +331,7 @@ REFUSED_CALLS = [
     ("legacy_transform_fn", lambda m: m.restore(0, args=sk_ocp.args.PyTreeRestore(
         legacy_transform_fn=print))),
     ("read", lambda m: m.all_steps(read=True)),
+    ("step", lambda m: m.metadata()),
 ]
 
 

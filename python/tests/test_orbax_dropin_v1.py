@@ -102,6 +102,19 @@ def test_default_policy_saves_the_first_step_and_keeps_every_step(ocp, tmp_path)
         assert [c.step for c in ckptr.checkpoints] == [0, 1, 2]
 
 
+@BOTH
+def test_custom_metadata_is_kept_with_its_step(ocp, tmp_path):
+    custom = {"scan_layers": False, "lora": {"rank": 4}}
+    with ocp.training.Checkpointer(tmp_path / "run") as ckptr:
+        ckptr.save(0, {"a": jnp.ones(2)}, custom_metadata=custom)
+        ckptr.wait()
+        ckptr.save_checkpointables(1, {"state": {"a": jnp.ones(2)}}, force=True)
+        ckptr.wait()
+        assert ckptr.metadata(0).custom_metadata == custom
+        assert ckptr.metadata(ckptr.latest).step == 1
+        assert not ckptr.metadata().custom_metadata
+
+
 REFUSED = [
     ("context", lambda root: sk_v1.training.Checkpointer(root, context=object())),
     ("step_name_format", lambda root: sk_v1.training.Checkpointer(root,
@@ -111,8 +124,6 @@ REFUSED = [
         root, lightweight_initialize=True)),
     ("logger", lambda root: sk_v1.training.Checkpointer(root, logger=object())),
     ("overwrite", lambda root: sk_v1.training.Checkpointer(root).save(0, {}, overwrite=True)),
-    ("custom_metadata", lambda root: sk_v1.training.Checkpointer(root).save(
-        0, {}, custom_metadata={"lora": True})),
     ("timeout", lambda root: sk_v1.training.Checkpointer(root).save_async(
         0, {"a": jnp.ones(1)}).result(timeout=5)),
 ]

@@ -45,8 +45,8 @@ def _save_value(where: str, arg: Any) -> Any:
                 arg.save_args, None, "cast the arrays before saving; shardkeep.Options sets"
                 " chunking and compression for every array"),
             "custom_metadata": Unsupported(
-                arg.custom_metadata, None, "save the metadata as an args.JsonSave item of an"
-                " args.Composite"),
+                arg.custom_metadata, None, "give the step's metadata to the manager's"
+                " save(custom_metadata=)"),
         }
         if isinstance(arg, args_lib.PyTreeSave):
             unsupported["ocdbt_target_data_file_size"] = Unsupported(

@@ -13,6 +13,7 @@ refused by name.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pathlib
@@ -22,12 +23,24 @@ import shardkeep as sk
 
 from . import items as items_lib
 from .options import CheckpointManagerOptions, manager_arguments
-from .refusals import Unsupported, check
+from .refusals import Unsupported, check, refused
 from .steps import Steps
 
 logger = logging.getLogger("shardkeep")
 
 _LEGACY = "the legacy API; give args= (shardkeep.orbax.args)"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMetadata:
+    """A step's metadata as Orbax's ``StepMetadata`` has it: the metrics and
+    custom metadata it was saved with. The item handlers and item metadata
+    are None (``shardkeep.metadata`` describes a step's trees)."""
+
+    metrics: dict = dataclasses.field(default_factory=dict)
+    custom_metadata: dict = dataclasses.field(default_factory=dict)
+    item_handlers: Any = None
+    item_metadata: Any = None
 
 
 class CheckpointManager:
@@ -46,8 +59,8 @@ class CheckpointManager:
                  logger: Any = None, handler_registry: Any = None):
         check("CheckpointManager", {
             "checkpointers": Unsupported(checkpointers, None, _LEGACY),
-            "metadata": Unsupported(metadata, None, "shardkeep keeps no root metadata; save"
-                                    " it as an args.JsonSave item of each step"),
+            "metadata": Unsupported(metadata, None, "shardkeep keeps no root metadata; give"
+                                    " it to each step's save (custom_metadata=)"),
             "item_handlers": Unsupported(item_handlers, None, "the args of each item say how"
                                          " it is saved"),
             "logger": Unsupported(logger, None, "shardkeep reports to the 'shardkeep' Python"
@@ -97,6 +110,15 @@ class CheckpointManager:
         """The metrics step ``step`` was saved with, or None."""
         return self._manager.metrics(step) or None
 
+    def metadata(self, step: int | None = None) -> StepMetadata:
+        """Step ``step``'s metrics and custom metadata, as Orbax's
+        ``StepMetadata``; the root's metadata (``step`` None) is refused."""
+        if step is None:
+            raise refused("CheckpointManager.metadata", "step", None,
+                          "shardkeep keeps no root metadata; give a step")
+        return StepMetadata(metrics=self._manager.metrics(step),
+                            custom_metadata=self._manager.custom_metadata(step))
+
     def reached_preemption(self, step: int) -> bool:
         return self._manager.reached_preemption(step)
 
@@ -115,22 +137,21 @@ class CheckpointManager:
              custom_metadata: dict[str, Any] | None = None) -> bool:
         """Saves ``args`` at ``step`` if it is due (or ``force``); returns whether it did.
 
-        ``items`` and ``save_kwargs`` (the legacy API) and ``custom_metadata``
-        are refused. Forcing a step already saved raises, as in Orbax
-        (``shardkeep.orbax.steps``).
+        ``custom_metadata`` is kept with the step (``metadata(step)``);
+        ``items`` and ``save_kwargs`` (the legacy API) are refused. Forcing a
+        step already saved raises, as in Orbax (``shardkeep.orbax.steps``).
         """
         check("CheckpointManager.save", {
             "items": Unsupported(items, None, _LEGACY),
             "save_kwargs": Unsupported(save_kwargs, None, _LEGACY),
-            "custom_metadata": Unsupported(
-                custom_metadata, None, "save it as an args.JsonSave item of an args.Composite"),
         })
         value = items_lib.to_save(args, self._item_names)
         if self._options.read_only:
             logger.warning("%s is read only (CheckpointManagerOptions.read_only):"
                            " step %d not saved", self._manager.root, step)
             return False
-        return self._steps.save(step, value, metrics=metrics, force=bool(force))
+        return self._steps.save(step, value, metrics=metrics, force=bool(force),
+                                custom_metadata=custom_metadata)
 
     def restore(self, step: int | None, items: Any = None, restore_kwargs: Any = None,
                 directory: Any = None, args: Any = None) -> Any:

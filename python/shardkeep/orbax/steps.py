@@ -59,14 +59,16 @@ class Steps:
         return bool(self._policy.should_save(info(step, None, _now()), previous,
                                              context=context))
 
-    def save(self, step: int, value: Any, *, metrics: Any, force: bool) -> bool:
+    def save(self, step: int, value: Any, *, metrics: Any, force: bool,
+             custom_metadata: Any = None) -> bool:
         """The manager's save, refusing (as Orbax does) to force a step already saved."""
         if force and step in self.manager.all_steps():
             raise sk.InvalidArgumentError(
                 f"step {step} is already saved under {self.manager.root!r}: a step is never"
                 f" saved twice")
         started_at = _now()
-        saved = self.manager.save(step, value, metrics=metrics, force=force)
+        saved = self.manager.save(step, value, metrics=metrics, force=force,
+                                  custom_metadata=custom_metadata)
         if saved:
             self._pending = step
             self._started[step] = started_at

@@ -77,8 +77,8 @@ class Checkpointer:
             "step_name_format": Unsupported(step_name_format, None,
                                             "step folders are named by the step alone"),
             "custom_metadata": Unsupported(custom_metadata, None, "shardkeep keeps no root"
-                                           " metadata; save it as a checkpointable of each"
-                                           " step (shardkeep.JsonValue)"),
+                                           " metadata; give it to each step's save"
+                                           " (custom_metadata=)"),
             "lightweight_initialize": Unsupported(
                 lightweight_initialize, False, "the manager reads every step's commit record"
                 " once, when it is created"),
@@ -114,6 +114,20 @@ class Checkpointer:
     def latest(self) -> CheckpointMetadata | None:
         checkpoints = self.checkpoints
         return checkpoints[-1] if checkpoints else None
+
+    def metadata(self, step: Any = None) -> CheckpointMetadata:
+        """Step ``step`` (a step, a ``CheckpointMetadata`` or None: the
+        latest) with its metrics and custom metadata. Its ``metadata`` (in
+        Orbax, the tree's) is None: ``shardkeep.metadata`` describes trees."""
+        if isinstance(step, CheckpointMetadata):
+            step = step.step
+        if step is None:
+            step = self._manager.latest_step()
+            if step is None:
+                raise sk.NotFoundError(f"no committed checkpoint under {self._manager.root!r}")
+        return CheckpointMetadata(step, self._manager.step_path(step),
+                                  metrics=self._manager.metrics(step) or None,
+                                  custom_metadata=self._manager.custom_metadata(step))
 
     def should_save(self, step: int) -> bool:
         """Whether ``save(step)`` would save (``shardkeep.orbax.steps``)."""
@@ -151,15 +165,14 @@ class Checkpointer:
                                    metrics: Any = None, custom_metadata: Any = None
                                    ) -> AsyncResponse | None:
         """Starts the save of ``checkpointables`` (name -> value: a pytree,
-        bytes or ``shardkeep.JsonValue``); None when the step is not saved."""
+        bytes or ``shardkeep.JsonValue``); None when the step is not saved.
+        ``custom_metadata`` is kept with the step (``metadata(step)``)."""
         check("Checkpointer.save", {
             "overwrite": Unsupported(overwrite, False, "a step is never saved twice; save the"
                                      " next step"),
-            "custom_metadata": Unsupported(custom_metadata, None, "save it as a checkpointable"
-                                           " (shardkeep.JsonValue)"),
         })
         if not self._steps.save(step, sk.Checkpointables(checkpointables), metrics=metrics,
-                                force=force):
+                                force=force, custom_metadata=custom_metadata):
             return None
         return AsyncResponse(self)
 
