@@ -71,3 +71,25 @@ def test_a_conversion_shows_progress_on_a_terminal(tmp_path, monkeypatch):
     final = terminal.getvalue().split("\r")[-1]
     assert final.startswith(f"convert {tmp_path / 'orbax'}: 2/2 leaves, 0.3/0.3 MiB (100%)")
     assert final.endswith("MiB/s\n")
+
+
+def test_orbax_custom_metadata_is_kept(tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    custom = {"scan_layers": True, "lora": {"rank": 8, "alpha": 16.0}}
+    values = {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    with ocp.CheckpointManager(str(tmp_path / "run")) as manager:
+        manager.save(4, args=ocp.args.StandardSave(values), custom_metadata=custom)
+        manager.wait_until_finished()
+    with ocp.StandardCheckpointer() as checkpointer:  # one item, no step folder
+        checkpointer.save(str(tmp_path / "single"), values, custom_metadata={"note": "x"})
+        checkpointer.save(str(tmp_path / "plain"), values)
+    sk.convert(tmp_path / "run" / "4", str(tmp_path / "step"))
+    sk.convert(tmp_path / "run" / "4" / "default", str(tmp_path / "item"))
+    sk.convert(tmp_path / "single", str(tmp_path / "one"))
+    for out in ("step", "item"):
+        info = sk.metadata(tmp_path / out)
+        assert info.custom_metadata == custom and info.step == 4
+        np.testing.assert_array_equal(sk.load(tmp_path / out)["w"], values["w"])
+    assert sk.metadata(tmp_path / "one").custom_metadata == {"note": "x"}
+    sk.convert(tmp_path / "plain", str(tmp_path / "none"))
+    assert sk.metadata(tmp_path / "none").custom_metadata == {}

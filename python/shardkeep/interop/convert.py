@@ -31,7 +31,9 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
 
     * "orbax": an Orbax pytree item (see ``shardkeep.load_orbax`` for the
       folders accepted); needs ``tensorstore``. Typed PRNG keys stay typed
-      keys, and the step of a ``CheckpointManager`` step folder is kept.
+      keys, and the step of a ``CheckpointManager`` step folder and the
+      custom metadata Orbax saved with it (``shardkeep.metadata(dst)
+      .custom_metadata``) are kept.
     * "dcp": a PyTorch DCP checkpoint folder; needs ``torch`` and
       ``allow_pickle=True``, because DCP's metadata is a pickle (see
       docs/INTEROP.md). Nested state dicts come back nested as DCP recorded
@@ -64,21 +66,24 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
         return
     if source_format == "orbax":
         source = orbax.OrbaxSource(src, options)
-        _save_source(src, dst, source, source.step if step is None else step, options)
+        _save_source(src, dst, source, source.step if step is None else step, options,
+                     custom_metadata=source.custom_metadata)
     else:
         with dcp.quiet():
             _save_source(src, dst, dcp.DcpSource(src, allow_pickle=allow_pickle,
                                                  options=options), step, options)
 
 
-def _save_source(src, dst, source: Source, step: int | None, options: options_lib.Options) -> None:
+def _save_source(src, dst, source: Source, step: int | None, options: options_lib.Options,
+                 *, custom_metadata: dict | None = None) -> None:
     meta = source.meta()
     leaves = meta.leaves
     progress = Progress(f"convert {os.fspath(src)}", len(leaves),
                         sum(leaf.nbytes for leaf in leaves))
     values = [_value_of(source, number, leaf, progress) for number, leaf in enumerate(leaves)]
     try:
-        save(dst, tree_codec.rebuild(meta.tree, values), options=options, step=step)
+        save(dst, tree_codec.rebuild(meta.tree, values), options=options, step=step,
+             custom_metadata=custom_metadata)
     finally:
         progress.finish()
 

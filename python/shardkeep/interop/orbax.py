@@ -45,9 +45,9 @@ from ..base import dtypes, tree_codec
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
 from ..loading.load_source import Source, Span, destination
-from ..loading.other_formats import ORBAX_ITEM_MARKER
+from ..loading.other_formats import ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER
 from .optional import require
-from .orbax_folders import read_json, step_of_folder
+from .orbax_folders import custom_metadata, read_json, step_of_folder
 
 _STRINGS_FILE = "_strings.json"
 _ARRAY_METADATAS = "array_metadatas"
@@ -96,6 +96,16 @@ class OrbaxSource(Source):
         """The step of the ``CheckpointManager`` step folder the item sits
         in, None for an item saved elsewhere."""
         return step_of_folder(os.path.dirname(self.directory))
+
+    @property
+    def custom_metadata(self) -> dict:
+        """The custom metadata Orbax saved with the item: that of the
+        ``_CHECKPOINT_METADATA`` beside it (a checkpointer's save of one
+        item) or in the folder above (a manager's step, a composite save)."""
+        for folder in (self.directory, os.path.dirname(self.directory)):
+            if os.path.isfile(os.path.join(folder, ORBAX_STEP_MARKER)):
+                return custom_metadata(folder)
+        return {}
 
     def _describe(self, entry: dict, opened, strings: dict, key_impls: dict) -> _core.LeafInfo:
         keys, param, value_type = entry["keys"], entry["param"], entry["value_type"]

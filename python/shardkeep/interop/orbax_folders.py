@@ -51,6 +51,14 @@ def step_metadata(folder: str) -> dict:
     return metadata
 
 
+def custom_metadata(folder: str) -> dict:
+    """The custom metadata Orbax saved with a checkpoint (a manager's step
+    folder, or a checkpointer's save): the ``custom_metadata`` of the
+    folder's ``_CHECKPOINT_METADATA``, {} when it has none."""
+    value = step_metadata(folder).get("custom_metadata")
+    return dict(value) if isinstance(value, dict) else {}
+
+
 def item_handlers(metadata: dict) -> dict[str, str]:
     """{item: the class name of the handler that wrote it} from a step's
     ``_CHECKPOINT_METADATA``."""

@@ -62,10 +62,8 @@ def load(path: str, target: Any, *, partial: bool, options: options_lib.Options)
 
 
 def custom_metadata(path: str) -> dict:
-    """The custom metadata the Orbax step at ``path`` was saved with: the
-    ``custom_metadata`` of its ``_CHECKPOINT_METADATA`` ({} when absent)."""
-    value = orbax_folders.step_metadata(path).get("custom_metadata")
-    return dict(value) if isinstance(value, dict) else {}
+    """The custom metadata the Orbax step at ``path`` was saved with."""
+    return orbax_folders.custom_metadata(path)
 
 
 def _items(path: str) -> dict[str, tuple[str, str | None]]:
