@@ -158,6 +158,11 @@ ORBAX_ASYNC = {"/jax/orbax/write/async/start", "/jax/orbax/write/async/start_tim
                "/jax/checkpoint/write/async/total_duration_secs",
                "/jax/orbax/write/async/total_duration_secs",
                "/jax/orbax/write/background_duration_secs"}
+# The size scalars Orbax's pytree handler records, in either mode.
+ORBAX_SIZES = {"/jax/orbax/write/blocking_gbytes_per_sec", "/jax/orbax/write/gbytes_per_sec",
+               "/jax/orbax/write/gbytes"}
+ORBAX_SYNC |= ORBAX_SIZES
+ORBAX_ASYNC |= ORBAX_SIZES
 
 
 def orbax_manager_save(root, recorded, *, asynchronous):
@@ -207,3 +212,94 @@ def test_a_synchronous_managers_blocking_duration_runs_to_the_commit(tmp_path, r
         jax.monitoring.unregister_event_duration_listener(on_duration)
     d = recorded.durations
     assert d["/jax/orbax/write/blocking_duration_secs"] == d["/jax/orbax/write/total_duration_secs"]
+
+
+STATE_GIB = (4096 + 7) * 4 / 2**30  # STATE's arrays, float32
+
+
+def test_saves_report_orbaxs_size_and_throughput_scalars(tmp_path, recorded):
+    for save in (sk.save, lambda path, tree: sk.save_async(path, tree).result()):
+        recorded.clear()
+        save(tmp_path / str(len(list(tmp_path.iterdir()))), STATE)
+        s = recorded.scalars
+        assert s["/jax/orbax/write/gbytes"] == [pytest.approx(STATE_GIB)]
+        for name in ("/jax/orbax/write/gbytes_per_sec", "/jax/orbax/write/blocking_gbytes_per_sec"):
+            assert len(s[name]) == 1 and s[name][0] > 0
+        # The throughput is the size over the save's total duration.
+        total, = (recorded.durations.get("/jax/orbax/write/total_duration_secs")
+                  or recorded.durations["/jax/orbax/write/async/total_duration_secs"])
+        assert s["/jax/orbax/write/gbytes_per_sec"][0] == pytest.approx(STATE_GIB / total)
+
+
+def _read_scalars(recorded):
+    return {k: v for k, v in recorded.scalars.items() if k.startswith("/jax/checkpoint/read/")}
+
+
+def test_a_load_reports_orbaxs_read_scalars_as_orbax_does(tmp_path, recorded):
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "orbax", STATE)
+    sk.save(tmp_path / "a", STATE)
+    recorded.clear()
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.restore(tmp_path / "orbax")
+    orbax = _read_scalars(recorded)
+    kinds = {k for k in recorded.kinds if k[0].startswith("/jax/checkpoint/read/")}
+    recorded.clear()
+    sk.load(tmp_path / "a")
+    ours = _read_scalars(recorded)
+    assert set(orbax) == set(ours) == {"/jax/checkpoint/read/gbytes",
+                                       "/jax/checkpoint/read/gbytes_per_sec"}
+    assert kinds == {k for k in recorded.kinds if k[0].startswith("/jax/checkpoint/read/")}
+    assert ours["/jax/checkpoint/read/gbytes"] == orbax["/jax/checkpoint/read/gbytes"] == [
+        pytest.approx(STATE_GIB)]
+    assert ours["/jax/checkpoint/read/gbytes_per_sec"][0] > 0
+
+
+def _other_formats(tmp_path):
+    """{name: a call loading STATE from a checkpoint of that format}."""
+    import numpy as np
+    import safetensors.numpy
+    import torch
+    import torch.distributed.checkpoint as dcp
+    host = {k: np.array(v) for k, v in STATE.items()}
+    with ocp.CheckpointManager(tmp_path / "run") as manager:
+        manager.save(3, args=ocp.args.StandardSave(STATE))
+        manager.wait_until_finished()
+    safetensors.numpy.save_file(host, str(tmp_path / "model.safetensors"))
+    dcp.save({k: torch.from_numpy(v) for k, v in host.items()},
+             checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+
+    def from_manager():
+        with sk.CheckpointManager(tmp_path / "run") as mgr:
+            return mgr.load(3)
+
+    return {"load_orbax": lambda: sk.load_orbax(tmp_path / "run" / "3"),
+            "load_safetensors": lambda: sk.load_safetensors(tmp_path / "model.safetensors"),
+            "load_dcp": lambda: sk.load_dcp(tmp_path / "dcp", allow_pickle=True),
+            "manager on an Orbax step": from_manager}
+
+
+def test_loads_from_other_formats_report_as_sk_load(tmp_path, recorded):
+    for name, load in _other_formats(tmp_path).items():
+        recorded.clear()
+        value = load()
+        assert sorted(value) == ["b", "w"], name
+        assert recorded.names() == ["/jax/orbax/read/start", "/jax/orbax/read/storage_type",
+                                    "/jax/orbax/read/success"], name
+        assert dict(recorded.events)["/jax/orbax/read/storage_type"] == {"storage_type": "file"}
+        assert len(recorded.durations["/jax/orbax/read/total_duration_secs"]) == 1, name
+        assert _read_scalars(recorded)["/jax/checkpoint/read/gbytes"] == [
+            pytest.approx(STATE_GIB)], name
+
+
+def test_failed_loads_from_other_formats_are_recorded(tmp_path, recorded):
+    calls = [lambda: sk.load_orbax(tmp_path / "missing"),
+             lambda: sk.load_safetensors(tmp_path / "missing.safetensors"),
+             lambda: sk.load_dcp(tmp_path / "missing", allow_pickle=True)]
+    for call in calls:
+        with pytest.raises(sk.ShardkeepError):
+            call()
+    names = recorded.names()
+    assert names.count("/jax/shardkeep/read/failure") == 3
+    assert "/jax/orbax/read/success" not in names
+    assert not _read_scalars(recorded)

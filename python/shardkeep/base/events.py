@@ -14,14 +14,24 @@ device-to-host copy and staging, after which its background duration runs
 to the commit; for a synchronous one (``shardkeep.save``, a manager with
 ``async_save=False``) the whole save, to the commit. The total runs from
 the call to the commit.
+
+Each save and load also reports its size and throughput as Orbax's
+handlers do (on the primary process, without a storage type): a save's
+``/jax/orbax/write/blocking_gbytes_per_sec`` when its caller stops
+waiting, ``/jax/orbax/write/gbytes`` and ``.../gbytes_per_sec`` at its
+commit; a load's ``/jax/checkpoint/read/gbytes`` and ``.../gbytes_per_sec``.
+The size is that of the tree (``tree_bytes``): each array's global size,
+whatever share of it this process wrote or read, in GiB (2**30 bytes, as
+Orbax divides), over the seconds from the call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import jax
 
@@ -46,10 +56,35 @@ def _primary() -> bool:
     return jax.process_index() == 0
 
 
+def tree_bytes(tree: Any) -> int:
+    """The bytes of a saved or loaded tree, as Orbax counts them: each
+    array's global size (``nbytes``, or its shape times its item size for
+    an array-like such as ``shardkeep.ArraySource``), and the length of
+    bytes and strings; Python scalars and None count nothing."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        if hasattr(leaf, "nbytes"):
+            total += int(leaf.nbytes)
+        elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            total += math.prod(leaf.shape) * int(getattr(leaf.dtype, "itemsize", 1))
+        elif isinstance(leaf, (bytes, str)):
+            total += len(leaf.encode() if isinstance(leaf, str) else leaf)
+    return total
+
+
+def _throughput(per_second: str, total: str | None, nbytes: int, seconds: float) -> None:
+    """Orbax's size scalars: GiB per second (NaN for no time) and GiB."""
+    gib = nbytes / 2**30
+    jax.monitoring.record_scalar(per_second, gib / seconds if seconds > 0 else math.nan)
+    if total is not None:
+        jax.monitoring.record_scalar(total, gib)
+
+
 class SaveEvents:
     """The events of one save, from its start (the object's creation)."""
 
     def __init__(self, path: str, *, asynchronous: bool):
+        self.nbytes: int | None = None  # the tree's, once known (``tree_bytes``)
         self._storage = storage_type(path)
         self._async = asynchronous
         self._started = time.monotonic()
@@ -71,6 +106,7 @@ class SaveEvents:
             blocking = self._blocking_s
         if not _primary():
             return
+        self._blocking_throughput(blocking)
         jax.monitoring.record_event_duration_secs(
             "/jax/checkpoint/write/async/blocking_duration_secs", blocking)
         jax.monitoring.record_event_duration_secs(
@@ -88,6 +124,9 @@ class SaveEvents:
             if _primary():
                 jax.monitoring.record_event(SAVE_FAILURE, storage_type=self._storage)
             return
+        if self.nbytes is not None and _primary():
+            _throughput("/jax/orbax/write/gbytes_per_sec", "/jax/orbax/write/gbytes",
+                        self.nbytes, total)
         if not self._async:
             self._sync_ended(total)
             return
@@ -108,6 +147,7 @@ class SaveEvents:
         """A synchronous save committed: the caller waited for all of it."""
         if not _primary():
             return
+        self._blocking_throughput(total)
         jax.monitoring.record_event_duration_secs(
             "/jax/orbax/write/blocking_duration_secs", total, storage_type=self._storage)
         jax.monitoring.record_scalar("/jax/orbax/write/blocking_end_time",
@@ -117,16 +157,35 @@ class SaveEvents:
             "/jax/orbax/write/total_duration_secs", total, storage_type=self._storage)
 
 
+    def _blocking_throughput(self, blocking: float) -> None:
+        if self.nbytes is not None:
+            _throughput("/jax/orbax/write/blocking_gbytes_per_sec", None, self.nbytes, blocking)
+
+
+class LoadReport:
+    """What the body of ``loading`` tells it: the value it loaded."""
+
+    def __init__(self):
+        self.nbytes: int | None = None
+
+    def loaded(self, value: Any) -> Any:
+        """Notes the loaded ``value`` (its ``tree_bytes``); returns it."""
+        self.nbytes = tree_bytes(value)
+        return value
+
+
 @contextlib.contextmanager
-def loading(path: str) -> Iterator[None]:
-    """The events of a load that runs in the ``with`` body."""
-    storage = storage_type(path)
+def loading(path) -> Iterator[LoadReport]:
+    """The events of a load that runs in the ``with`` body, which gives
+    the report the value it loaded (for the size scalars)."""
+    storage = storage_type(str(path))
     started = time.monotonic()
     if _primary():
         jax.monitoring.record_event("/jax/orbax/read/start")
     jax.monitoring.record_event("/jax/orbax/read/storage_type", storage_type=storage)
+    report = LoadReport()
     try:
-        yield
+        yield report
     except BaseException:
         if _primary():
             jax.monitoring.record_event(LOAD_FAILURE, storage_type=storage)
@@ -138,3 +197,6 @@ def loading(path: str) -> Iterator[None]:
                                                   total, storage_type=storage)
         jax.monitoring.record_event_duration_secs("/jax/orbax/read/total_duration_secs",
                                                   total, storage_type=storage)
+        if report.nbytes is not None:
+            _throughput("/jax/checkpoint/read/gbytes_per_sec", "/jax/checkpoint/read/gbytes",
+                        report.nbytes, total)

@@ -1,13 +1,16 @@
 """Loading Orbax and PyTorch DCP checkpoints: each format's source
 (``orbax.OrbaxSource``, ``dcp.DcpSource``) run by shardkeep's own load
 executor, so matching, casts, errors, donation and load-and-broadcast are
-those of ``shardkeep.load``. The sources themselves need no executor:
+those of ``shardkeep.load``, and so are the ``jax.monitoring`` events
+(``shardkeep.base.events``). The sources themselves need no executor:
 conversion reads them directly."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from ..base import events
 from ..loading import load_executor
 from .. import options as options_lib
 from .dcp import DcpSource
@@ -42,9 +45,10 @@ def load_orbax(path, target: Any = None, *, partial: bool = False,
     copies. Needs the ``tensorstore`` package (``shardkeep[orbax]``).
     """
     options = options_lib.resolve(options)
-    source = OrbaxSource(path, options)
-    return load_executor.load_with(source, target, path=source.directory, partial=partial,
-                                   options=options)
+    with events.loading(os.fspath(path)) as report:
+        source = OrbaxSource(path, options)
+        return report.loaded(load_executor.load_with(
+            source, target, path=source.directory, partial=partial, options=options))
 
 
 def load_dcp(path, target: Any = None, *, allow_pickle: bool = False, partial: bool = False,
@@ -62,7 +66,8 @@ def load_dcp(path, target: Any = None, *, allow_pickle: bool = False, partial: b
     (``shardkeep[dcp]``).
     """
     options = options_lib.resolve(options)
-    source = DcpSource(path, allow_pickle=allow_pickle, options=options)
-    return load_executor.load_with(source, target, path=source.directory, partial=partial,
-                                   options=options)
+    with events.loading(os.fspath(path)) as report:
+        source = DcpSource(path, allow_pickle=allow_pickle, options=options)
+        return report.loaded(load_executor.load_with(
+            source, target, path=source.directory, partial=partial, options=options))
 

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, tree_codec
+from ..base import dtypes, events, tree_codec
 from ..loading import load_executor
 from .. import options as options_lib
 from ..base.array_source import ArraySource
@@ -61,7 +61,12 @@ def load_safetensors(path, target: Any = None, *, key_map: KeyMap | None = None,
     dicts, its name split at ``"."`` (``{"model": {"layers": {"0": ...}}}``).
     """
     path = os.fspath(path)
-    options = options_lib.resolve(options)
+    with events.loading(path) as report:
+        return report.loaded(_load(path, target, key_map, partial, options_lib.resolve(options)))
+
+
+def _load(path: str, target: Any, key_map: KeyMap | None, partial: bool,
+          options: options_lib.Options) -> Any:
     core_options = options.to_core()
     reader = _core.open_safetensors(path, core_options)
     map_files = options.map_files and _core.Location(path).local_path is not None

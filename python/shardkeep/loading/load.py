@@ -71,8 +71,8 @@ def _load(path, targets: Mapping[str, Any] | None, partial: bool,
           options: options_lib.Options | None, *, one_tree: bool) -> dict[str, Any]:
     """``load_checkpointables``; ``one_tree``: the caller asked for "state" alone."""
     path = os.fspath(path)
-    with events.loading(path):
-        return _load_recorded(path, targets, partial, options, one_tree=one_tree)
+    with events.loading(path) as report:
+        return report.loaded(_load_recorded(path, targets, partial, options, one_tree=one_tree))
 
 
 def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,

@@ -112,8 +112,8 @@ def load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial
     process count, the root and the timeout); ``targets`` maps
     checkpointable names to targets as in ``shardkeep.load_checkpointables``.
     """
-    with events.loading(tier.root):
-        return _load(tier, decision, targets, partial=partial, options=options)
+    with events.loading(tier.root) as report:
+        return report.loaded(_load(tier, decision, targets, partial=partial, options=options))
 
 
 def _load(tier, decision: Decision, targets: Mapping[str, Any] | None, *, partial: bool,

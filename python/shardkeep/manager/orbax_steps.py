@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from .. import options as options_lib
-from ..base import named_parts
+from ..base import events, named_parts
 from ..errors import IncompatibleError, InvalidArgumentError, NotFoundError
 from ..interop import orbax, orbax_folders
 from ..loading import load_executor
@@ -36,7 +36,13 @@ _DEFAULT_ITEM = "default"
 def load(path: str, target: Any, *, partial: bool, options: options_lib.Options) -> Any:
     """Loads the Orbax step at ``path`` as ``CheckpointManager.load`` loads
     a step of its own: a ``Checkpointables`` target names items (an empty
-    one: all), anything else is the target of "state"."""
+    one: all), anything else is the target of "state"; reported to
+    ``jax.monitoring`` as ``shardkeep.load`` reports its loads."""
+    with events.loading(path) as report:
+        return report.loaded(_load(path, target, partial=partial, options=options))
+
+
+def _load(path: str, target: Any, *, partial: bool, options: options_lib.Options) -> Any:
     targets = named_parts.to_load(target)
     items = _items(path)
     if targets is None:

@@ -165,6 +165,7 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, base, 
     path = os.fspath(path)
     recorded = events.SaveEvents(path, asynchronous=asynchronous)
     try:
+        recorded.nbytes = events.tree_bytes(items)
         return (*_stage_save(path, items, options, custom_metadata, metrics, force, step,
                                    base, own_copies=own_copies), recorded)
     except BaseException as e:
