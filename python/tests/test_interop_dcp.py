@@ -279,6 +279,13 @@ def test_load_dcp_refuses_without_allow_pickle(saved):
         sk.load_dcp(saved[0])
 
 
+def test_convert_finds_the_dcp_format_itself(saved, converted, tmp_path):
+    dst = str(tmp_path / "found")
+    sk.convert(saved[0], dst, allow_pickle=True)
+    assert sk.metadata(dst).checkpointables["state"].leaves == \
+        sk.metadata(converted).checkpointables["state"].leaves
+
+
 def test_load_or_metadata_of_a_dcp_folder_names_load_dcp(saved):
     for call in (sk.load, sk.metadata):
         with pytest.raises(sk.NotFoundError,

@@ -84,8 +84,9 @@ def reader_hint(path: str) -> str | None:
     if len(items) > 1:  # load_orbax takes one item
         what += f" item by item (it has {', '.join(items)})"
         path = os.path.join(path, items[0])
+    pickle = ", allow_pickle=True" if fmt == "dcp" else ""
     return (f"{what}: load it with {_READERS[fmt].format(path=path)}, or convert it"
-            f" with shardkeep.convert({path!r}, dst, source_format={fmt!r})")
+            f" with shardkeep.convert({path!r}, dst{pickle})")
 
 
 def root_hint(path: str, steps: list[tuple[int, str]], what: str) -> str:
