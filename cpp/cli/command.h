@@ -73,7 +73,7 @@ int RunExport(const ExportArgs& args);
 struct ConvertArgs {
   std::string src;
   std::string dst;
-  std::string from;  // orbax, dcp or safetensors
+  std::string from;  // orbax, dcp or safetensors; empty: the Python converter finds it
   bool allow_pickle = false;
   int64_t step = -1;  // < 0: none given (the source's own step, if it records one)
 };

@@ -160,8 +160,8 @@ void AddConvert(CLI::App& app, int& exit_code) {
   command->add_option("SRC", args->src, "The checkpoint to convert (path or s3:// URL)")
       ->required();
   command->add_option("DST", args->dst, "Where to write the shardkeep checkpoint")->required();
-  command->add_option("--from", args->from, "The source's format")
-      ->required()
+  command
+      ->add_option("--from", args->from, "The source's format (default: found from its files)")
       ->check(CLI::IsMember({"orbax", "dcp", "safetensors"}));
   command->add_flag("--allow-pickle", args->allow_pickle,
                     "DCP only: unpickle its metadata file (run code from the checkpoint: "

@@ -1,5 +1,6 @@
-// `shardkeep convert SRC DST --from orbax|dcp|safetensors [--allow-pickle]`:
-// writes a shardkeep checkpoint from another format's. Orbax checkpoints
+// `shardkeep convert SRC DST [--from orbax|dcp|safetensors] [--allow-pickle]`:
+// writes a shardkeep checkpoint from another format's (found from its files
+// by the Python converter when --from is not given). Orbax checkpoints
 // are read with tensorstore and DCP ones with torch, both Python
 // libraries, so the conversion runs in the Python package this program was
 // installed with (`python -m shardkeep.interop.convert_command`, with the
@@ -50,7 +51,11 @@ int RunConvert(const ConvertArgs& args) {
     return kFailed;
   }
   std::vector<std::string> command = {python, "-m", "shardkeep.interop.convert_command",
-                                      args.src, args.dst, "--from", args.from};
+                                      args.src, args.dst};
+  if (!args.from.empty()) {
+    command.push_back("--from");
+    command.push_back(args.from);
+  }
   if (args.allow_pickle) command.push_back("--allow-pickle");
   if (args.step >= 0) {
     command.push_back("--step");

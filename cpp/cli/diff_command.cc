@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "other_formats.h"
 #include "shardkeep/diff.h"
 
 namespace shardkeep::cli {
@@ -81,6 +82,9 @@ int RunDiff(const DiffArgs& args) {
   Result<DiffReport> report =
       DiffCheckpoints(a->storage, a->path, b->storage, b->path, options);
   if (!report.ok()) {
+    // Each side is explained, when it is another format's checkpoint.
+    const bool explained_a = ExplainOtherFormat("diff", args.a);
+    if (ExplainOtherFormat("diff", args.b) || explained_a) return kFailed;
     std::cerr << "shardkeep diff: " << report.status().ToString() << "\n";
     return kFailed;
   }

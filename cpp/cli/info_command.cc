@@ -8,6 +8,7 @@
 
 #include "cli_support.h"
 #include "command.h"
+#include "other_formats.h"
 #include "sharding_text.h"
 #include "shardkeep/checkpoint.h"
 
@@ -113,7 +114,7 @@ int RunInfo(const InfoArgs& args) {
   Result<std::unique_ptr<CheckpointReader>> opened =
       CheckpointReader::Open(location->storage, location->path);
   if (!opened.ok()) {
-    PrintError("info", args.url, opened.status());
+    if (!ExplainOtherFormat("info", args.url)) PrintError("info", args.url, opened.status());
     return kFailed;
   }
   CheckpointReader& reader = **opened;

@@ -1,17 +1,29 @@
 // `shardkeep ls ROOT [--json]`: the checkpoints under a root, and the
 // leftovers of failed saves beside them.
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "cli_support.h"
 #include "command.h"
+#include "other_formats.h"
 #include "root_survey.h"
 #include "shardkeep/checkpoint_root.h"
+#include "shardkeep/location.h"
 
 namespace shardkeep::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
+
+// An entry that is no shardkeep checkpoint may be an Orbax or DCP one
+// (local roots only): a run moved from Orbax holds its steps.
+std::optional<OtherFormat> OtherFormatOf(const SurveyedEntry& s) {
+  if (s.entry.state != EntryState::kOther) return std::nullopt;
+  Result<Location> location = ParseLocation(s.url);
+  if (!location.ok() || !location->local_path) return std::nullopt;
+  return FindOtherFormat(*location->local_path);
+}
 
 // What a leftover is, for the listing's last column.
 std::string Describe(const SurveyedEntry& s) {
@@ -22,7 +34,10 @@ std::string Describe(const SurveyedEntry& s) {
     case EntryState::kBeingDeleted: return "a deletion cut short";
     case EntryState::kUnfinished: return "saves that never committed (or one still writing)";
     case EntryState::kRejected: return s.entry.problem.ToString();
-    case EntryState::kOther: return "not a checkpoint";
+    case EntryState::kOther: {
+      const std::optional<OtherFormat> other = OtherFormatOf(s);
+      return other ? other->brief : "not a checkpoint";
+    }
     case EntryState::kCommitted: break;
   }
   return "";
@@ -40,6 +55,12 @@ json EntryJson(const SurveyedEntry& s) {
   j["committed"] = nullptr;
   j["process_count"] = nullptr;
   j["checkpointables"] = nullptr;
+  // "orbax" or "dcp" for another format's checkpoint (read-only), else null.
+  j["format"] = s.info ? json("shardkeep") : json(nullptr);
+  if (const std::optional<OtherFormat> other = OtherFormatOf(s)) {
+    j["format"] = other->format;
+    if (other->step) j["step"] = *other->step;
+  }
   if (s.info) {
     if (s.info->step) j["step"] = *s.info->step;
     j["created_ns"] = s.info->created_ns;
@@ -76,7 +97,7 @@ std::string Checkpointables(const CheckpointInfo& info) {
 void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entries) {
   Table table({"NAME", "STATE", "STEP", "COMMITTED", "SIZE", "PROCS", "CHECKPOINTABLES"});
   uint64_t committed = 0, committed_bytes = 0, leftovers = 0, leftover_bytes = 0,
-           only_copies = 0;
+           only_copies = 0, others = 0;
   const int64_t now = NowNs();
   for (const SurveyedEntry& s : entries) {
     const std::string size = s.usage ? HumanBytes(s.usage->bytes) : "-";
@@ -97,7 +118,10 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
         note += "; last written " + HumanDuration((now - *s.modified_ns) / 1e9) + " ago";
       }
     }
-    table.Add({s.entry.name, EntryStateName(s.entry.state), "-", "-", size, "-", note});
+    const std::optional<OtherFormat> other = OtherFormatOf(s);
+    if (other) ++others;
+    const std::string step = other && other->step ? std::to_string(*other->step) : "-";
+    table.Add({s.entry.name, EntryStateName(s.entry.state), step, "-", size, "-", note});
   }
   if (table.size() == 0) {
     std::cout << "no checkpoints under " << root << "\n";
@@ -118,6 +142,12 @@ void PrintText(const std::string& root, const std::vector<SurveyedEntry>& entrie
               << " (`shardkeep gc` removes them)";
   }
   std::cout << "\n";
+  if (others > 0) {
+    std::cout << others << " Orbax or DCP checkpoint" << (others == 1 ? "" : "s")
+              << ", read-only: shardkeep reads them from Python (shardkeep.load_orbax, "
+                 "shardkeep.load_dcp; shardkeep.CheckpointManager resumes from Orbax steps) and "
+                 "`shardkeep convert` converts them\n";
+  }
   if (only_copies > 0) {
     std::cout << only_copies << " only cop" << (only_copies == 1 ? "y" : "ies")
               << " of a checkpoint whose forced replacement was cut short: rename each "

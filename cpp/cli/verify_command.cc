@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "other_formats.h"
 #include "progress.h"
 #include "shardkeep/verify.h"
 
@@ -63,6 +64,7 @@ int RunVerify(const VerifyArgs& args) {
       VerifyCheckpoint(location->storage, location->path, options);
   bar.Finish();
   if (!report.ok()) {
+    if (ExplainOtherFormat("verify", args.checkpoint)) return kFailed;
     std::cerr << "shardkeep verify: cannot verify " << args.checkpoint << ": "
               << report.status().ToString() << "\n";
     return kFailed;

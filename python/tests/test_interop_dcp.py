@@ -279,9 +279,18 @@ def test_load_dcp_refuses_without_allow_pickle(saved):
         sk.load_dcp(saved[0])
 
 
-def test_load_of_a_dcp_folder_names_load_dcp(saved):
-    with pytest.raises(sk.NotFoundError, match=r"DCP checkpoint.*shardkeep\.load_dcp"):
-        sk.load(saved[0])
+def test_convert_finds_the_dcp_format_itself(saved, converted, tmp_path):
+    dst = str(tmp_path / "found")
+    sk.convert(saved[0], dst, allow_pickle=True)
+    assert sk.metadata(dst).checkpointables["state"].leaves == \
+        sk.metadata(converted).checkpointables["state"].leaves
+
+
+def test_load_or_metadata_of_a_dcp_folder_names_load_dcp(saved):
+    for call in (sk.load, sk.metadata):
+        with pytest.raises(sk.NotFoundError,
+                           match=r"DCP checkpoint.*read-only.*shardkeep\.load_dcp"):
+            call(saved[0])
 
 
 def test_load_dcp_partial_loads_the_keys_the_target_names(saved):

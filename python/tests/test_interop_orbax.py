@@ -4,6 +4,7 @@ has, loaded onto other shardings and converted: bit-exact, every shard."""
 import json
 import os
 import pathlib
+import re
 import sys
 
 import jax
@@ -490,8 +491,70 @@ def test_convert_of_an_item_outside_a_step_folder_has_no_step(saved, tmp_path):
 def test_load_of_an_orbax_folder_names_load_orbax(trainer_step):
     path, _ = trainer_step
     for folder in (path, os.path.dirname(path), os.path.join(path, "default")):
-        with pytest.raises(sk.NotFoundError, match=r"Orbax checkpoint.*shardkeep\.load_orbax"):
+        with pytest.raises(sk.NotFoundError, match=r"Orbax .*shardkeep\.load_orbax"):
             sk.load(folder)
+
+
+def test_metadata_of_an_orbax_folder_says_what_it_is_and_names_load_orbax(trainer_step):
+    path, _ = trainer_step
+    for folder in (path, os.path.join(path, "default")):
+        with pytest.raises(sk.NotFoundError) as caught:
+            sk.metadata(folder)
+        message = str(caught.value)
+        assert "_SHARDKEEP" not in message
+        assert f"{folder} is an Orbax checkpoint, not a shardkeep checkpoint" in message
+        assert f"shardkeep.load_orbax({folder!r}, target)" in message
+
+
+def _suggested_load_orbax(message):
+    """The path of the first load_orbax call a message suggests."""
+    match = re.search(r"shardkeep\.load_orbax\('([^']+)', target\)", message)
+    assert match, message
+    return match.group(1)
+
+
+def _save_steps(root, steps, **options):
+    with ocp.CheckpointManager(root, options=ocp.CheckpointManagerOptions(**options)) as manager:
+        for step in steps:
+            manager.save(step, args=ocp.args.StandardSave({"w": np.full(3, float(step))}))
+        manager.wait_until_finished()
+
+
+@pytest.mark.parametrize("prefix", [None, "ckpt"])
+def test_a_root_where_a_step_is_wanted_names_its_steps_and_a_call_that_works(tmp_path, prefix):
+    root = str(tmp_path / "run")
+    _save_steps(root, [0, 2, 10], step_prefix=prefix)
+    latest = os.path.join(root, f"{prefix}_10" if prefix else "10")
+    for call, error in ((sk.load, sk.NotFoundError), (sk.metadata, sk.NotFoundError),
+                        (sk.load_orbax, sk.InvalidArgumentError)):
+        with pytest.raises(error) as caught:
+            call(root)
+        message = str(caught.value)
+        assert f"{root} is the root of an Orbax CheckpointManager" in message
+        assert "3 step(s): 0, 2, 10" in message
+        assert f"shardkeep.CheckpointManager({root!r})" in message
+        suggested = _suggested_load_orbax(message)
+        assert suggested == latest
+        assert_same_bits(sk.load_orbax(suggested)["w"], np.full(3, 10.0))
+
+
+def test_a_root_of_many_steps_names_the_first_and_last(tmp_path):
+    root = str(tmp_path / "run")
+    _save_steps(root, range(10))
+    with pytest.raises(sk.InvalidArgumentError, match=r"10 step\(s\): 0, 1, 2, \.\.\., 7, 8, 9\."):
+        sk.load_orbax(root)
+
+
+def test_a_step_of_several_items_suggests_one_item(tmp_path):
+    with ocp.CheckpointManager(str(tmp_path), item_names=("a", "b")) as manager:
+        manager.save(1, args=ocp.args.Composite(a=ocp.args.StandardSave({"x": np.ones(2)}),
+                                                b=ocp.args.StandardSave({"y": np.ones(3)})))
+        manager.wait_until_finished()
+    with pytest.raises(sk.NotFoundError) as caught:
+        sk.load(tmp_path / "1")
+    assert "item by item (it has a, b)" in str(caught.value)
+    suggested = _suggested_load_orbax(str(caught.value))
+    assert_same_bits(sk.load_orbax(suggested)["x"], np.ones(2))
 
 
 def test_casts_are_refused_as_native_loads_refuse_them(saved, tmp_path):

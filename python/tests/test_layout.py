@@ -158,7 +158,8 @@ def test_no_module_spells_a_storage_scheme_or_a_roots_folder_names():
 def test_the_core_alone_reads_and_writes_step_folder_names():
     # A regular expression that reads "000000100", or a number zero-padded
     # by a format spec: a second spelling of the core's step folders. Orbax's
-    # step folders are Orbax's format, read where it is (interop/orbax_folders.py).
+    # step folders are Orbax's format, read where the other formats' markers
+    # are (loading/other_formats.py).
     spellings = []
     for path in _sources(PACKAGE):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -172,7 +173,7 @@ def test_the_core_alone_reads_and_writes_step_folder_names():
                     and isinstance(node.format_spec.values[0], ast.Constant)
                     and str(node.format_spec.values[0].value).startswith("0")):
                 spellings.append(f"{path.relative_to(PACKAGE)}:{node.lineno} (zero-padding)")
-    assert [s for s in spellings if not s.startswith("interop/orbax_folders.py:")] == []
+    assert [s for s in spellings if not s.startswith("loading/other_formats.py:")] == []
 
 
 # A json.loads whose argument names a commit record or a meta.json parses

@@ -14,8 +14,9 @@ from .. import _core
 from ..base import dtypes, prng_keys, tree_codec
 from .. import options as options_lib
 from ..base.array_source import ArraySource
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 from . import dcp, orbax
+from ..loading import other_formats
 from ..loading.load_source import Source
 from ..saving.save import save
 from .progress import Progress
@@ -23,11 +24,13 @@ from .progress import Progress
 SOURCE_FORMATS = ("orbax", "dcp", "safetensors")
 
 
-def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = False,
+def convert(src, dst, *, source_format: str | None = None, allow_pickle: bool = False,
             step: int | None = None, options: options_lib.Options | None = None) -> None:
     """Writes a shardkeep checkpoint at ``dst`` holding the pytree of ``src``.
 
-    ``source_format``:
+    ``source_format`` (None: found from the files at ``src``, which must
+    then be local; NotFoundError when none of these formats' files is
+    there):
 
     * "orbax": an Orbax pytree item (see ``shardkeep.load_orbax`` for the
       folders accepted); needs ``tensorstore``. Typed PRNG keys stay typed
@@ -54,6 +57,8 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
     when it is a terminal. Run it in one process.
     """
     options = options_lib.resolve(options)
+    if source_format is None:
+        source_format = _found_format(os.fspath(src))
     if source_format not in SOURCE_FORMATS:
         raise InvalidArgumentError(
             f"source_format must be one of {', '.join(map(repr, SOURCE_FORMATS))},"
@@ -72,6 +77,17 @@ def convert(src, dst, *, source_format: str = "orbax", allow_pickle: bool = Fals
         with dcp.quiet():
             _save_source(src, dst, dcp.DcpSource(src, allow_pickle=allow_pickle,
                                                  options=options), step, options)
+
+
+def _found_format(src: str) -> str:
+    found = other_formats.identify(src)
+    if found is None:
+        raise NotFoundError(
+            f"{src}: found no checkpoint to convert (an Orbax _METADATA or"
+            f" {other_formats.ORBAX_STEP_MARKER}, a DCP {other_formats.DCP_METADATA_FILE} or"
+            " safetensors files; formats are found on local paths only); name its format"
+            " (source_format=, or --from for the shardkeep tool)")
+    return found
 
 
 def _save_source(src, dst, source: Source, step: int | None, options: options_lib.Options,

@@ -1,7 +1,7 @@
 """``shardkeep convert``: the command-line tool's conversion, which needs
 the Python libraries that read other formats (tensorstore, torch). The C++
 tool runs ``python -m shardkeep.interop.convert_command SRC DST
---from FORMAT [--allow-pickle] [--step N]``; exit codes are the tool's:
+[--from FORMAT] [--allow-pickle] [--step N]``; exit codes are the tool's:
 0 done, 2 bad arguments, 3 failed."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Write a shardkeep checkpoint from an Orbax, PyTorch DCP or safetensors one.")
     parser.add_argument("src", metavar="SRC", help="the checkpoint to convert (a path or a storage URL)")
     parser.add_argument("dst", metavar="DST", help="where to write the shardkeep checkpoint")
-    parser.add_argument("--from", dest="source_format", required=True,
-                        choices=("orbax", "dcp", "safetensors"), help="the source's format")
+    parser.add_argument("--from", dest="source_format", default=None,
+                        choices=("orbax", "dcp", "safetensors"),
+                        help="the source's format (default: found from its files)")
     parser.add_argument("--allow-pickle", action="store_true",
                         help="DCP only: unpickle its metadata file (runs code from the "
                              "checkpoint: only for checkpoints you trust)")

@@ -45,9 +45,10 @@ from ..base import dtypes, tree_codec
 from .. import options as options_lib
 from ..errors import CorruptionError, IncompatibleError, InvalidArgumentError, NotFoundError
 from ..loading.load_source import Source, Span, destination
-from ..loading.other_formats import ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER
+from ..loading.other_formats import (ORBAX_ITEM_MARKER, ORBAX_STEP_MARKER, orbax_steps,
+                                     root_hint, step_of_folder)
 from .optional import require
-from .orbax_folders import custom_metadata, read_json, step_of_folder
+from .orbax_folders import custom_metadata, read_json
 
 _STRINGS_FILE = "_strings.json"
 _ARRAY_METADATAS = "array_metadatas"
@@ -224,11 +225,9 @@ def find_item_folder(path: str) -> str:
         raise InvalidArgumentError(
             f"{path} holds several Orbax items ({', '.join(items)}); pass the folder of one,"
             f" e.g. {os.path.join(path, items[0])}")
-    steps = sorted((c for c in children if c.isdigit()), key=int)
+    steps = orbax_steps(path)
     if steps:
-        raise InvalidArgumentError(
-            f"{path} looks like a CheckpointManager directory; pass one step's folder, e.g."
-            f" {os.path.join(path, steps[-1])} (steps: {', '.join(steps)})")
+        raise InvalidArgumentError(root_hint(path, steps, "not one checkpoint"))
     raise NotFoundError(f"no Orbax checkpoint at {path}: neither it nor a subfolder has"
                         f" {ORBAX_ITEM_MARKER}")
 

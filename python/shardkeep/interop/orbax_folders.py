@@ -10,35 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from ..errors import CorruptionError, NotFoundError
-from ..loading.other_formats import ORBAX_STEP_MARKER
+from ..loading.other_formats import ORBAX_STEP_MARKER, step_of_folder
 
-# Orbax's step folder names: the step, after a prefix and '_' if any.
-_STEP_FOLDER = re.compile(r"(?:.+_)?(\d+)")
 _COMMIT_MARKER = "commit_success.txt"
 # The handler of a JSON item (``args.JsonSave``), by the end of its name.
 _JSON_HANDLER = "JsonCheckpointHandler"
 # The item Orbax saves metrics in when a ``best_fn`` asks for them.
 _METRICS_ITEM = "metrics"
-
-
-def step_of_folder(folder: str) -> int | None:
-    """The step of an Orbax ``CheckpointManager`` step folder (``<step>``
-    or ``<prefix>_<step>``, holding ``_CHECKPOINT_METADATA``), else None.
-    A save in progress is in a folder of another name until it commits."""
-    match = _STEP_FOLDER.fullmatch(os.path.basename(folder))
-    if match is None or not os.path.isfile(os.path.join(folder, ORBAX_STEP_MARKER)):
-        return None
-    return int(match.group(1))
-
-
-def named_like_step(name: str) -> bool:
-    """Whether ``name`` is the name Orbax gives a step folder (whose
-    ``_CHECKPOINT_METADATA`` says it is one)."""
-    return _STEP_FOLDER.fullmatch(name) is not None
 
 
 def step_metadata(folder: str) -> dict:

@@ -13,6 +13,7 @@ from .. import _core
 from ..base import dtypes, prng_keys, shardings, tree_codec
 from .. import options as options_lib
 from ..errors import InvalidArgumentError
+from . import other_formats as formats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +90,11 @@ def metadata(path, *, options: options_lib.Options | None = None) -> CheckpointI
 
     ``options`` matter for ``s3://`` paths (their ``s3`` settings and
     ``timeout_s``). Raises NotFoundError if ``path`` holds no committed
-    checkpoint.
+    checkpoint; for an Orbax, DCP or safetensors checkpoint, its message
+    says so and names the call that reads it.
     """
     path = os.fspath(path)
-    reader = _core.Reader(path, options_lib.resolve(options).to_core())
+    reader = formats.open_reader(path, options_lib.resolve(options).to_core())
     record = reader.commit
     parts = {}
     for name, kind in record.checkpointables.items():

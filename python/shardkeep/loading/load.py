@@ -10,7 +10,7 @@ from .. import _core
 from ..base import checkpointables, events, named_parts, unchanged
 from . import load_executor
 from .. import options as options_lib
-from ..errors import InvalidArgumentError, NotFoundError, ShardkeepError
+from ..errors import InvalidArgumentError, NotFoundError
 from ..base.gc_pause import gc_paused
 from . import other_formats as formats
 from .load_source import CoreSource
@@ -79,13 +79,7 @@ def _load_recorded(path: str, targets: Mapping[str, Any] | None, partial: bool,
                    options: options_lib.Options | None, *, one_tree: bool) -> dict[str, Any]:
     options = options_lib.resolve(options)
     core_options = options.to_core()
-    try:
-        reader = _core.Reader(path, core_options)
-    except ShardkeepError as e:  # NotFound for a folder, a storage error for a file
-        hint = formats.reader_hint(path)
-        if hint is None:
-            raise
-        raise NotFoundError(hint) from e
+    reader = formats.open_reader(path, core_options)
     # Only the file backend's paths are files that can be mapped.
     map_files = options.map_files and _core.Location(path).local_path is not None
     record = reader.commit

@@ -27,6 +27,7 @@ from .. import options as options_lib
 from ..errors import ShardkeepError
 from ..job import distributed
 from ..interop import orbax_folders
+from ..loading.other_formats import named_like_step
 from . import leftovers
 from .step_record import Listed
 
@@ -101,7 +102,7 @@ def _orbax_steps(root: str, entries: list[_core.RootEntry]) -> dict[str, tuple[i
     others = [e.name for e in entries if e.state is _core.EntryState.OTHER]
     local = _core.Location(root).local_path
     if local is None:  # Orbax checkpoints are read from local files alone
-        unread = [name for name in others if orbax_folders.named_like_step(name)]
+        unread = [name for name in others if named_like_step(name)]
         if unread:
             logger.warning("%s holds %s, named like Orbax steps, which are not listed:"
                            " shardkeep reads Orbax checkpoints from a local file system only;"
