@@ -303,3 +303,15 @@ def test_failed_loads_from_other_formats_are_recorded(tmp_path, recorded):
     assert names.count("/jax/shardkeep/read/failure") == 3
     assert "/jax/orbax/read/success" not in names
     assert not _read_scalars(recorded)
+
+
+def test_a_tree_whose_keys_jax_cannot_sort_reports_its_size(tmp_path, recorded):
+    """{7: ..., "w": ...} is saved in its order; JAX's flattening refuses to
+    sort its keys, so the size comes from shardkeep's own."""
+    tree = {7: STATE["w"], "b": STATE["b"]}
+    sk.save(tmp_path / "mixed", tree)
+    assert recorded.scalars["/jax/orbax/write/gbytes"] == [pytest.approx(STATE_GIB)]
+    recorded.clear()
+    loaded = sk.load(tmp_path / "mixed")
+    assert list(loaded) == [7, "b"]
+    assert _read_scalars(recorded)["/jax/checkpoint/read/gbytes"] == [pytest.approx(STATE_GIB)]

@@ -36,6 +36,7 @@ from typing import Any, Iterator
 import jax
 
 from .. import _core
+from . import tree_codec
 from ..errors import InvalidArgumentError
 
 SAVE_FAILURE = "/jax/shardkeep/write/failure"
@@ -62,7 +63,7 @@ def tree_bytes(tree: Any) -> int:
     an array-like such as ``shardkeep.ArraySource``), and the length of
     bytes and strings; Python scalars and None count nothing."""
     total = 0
-    for leaf in jax.tree.leaves(tree):
+    for leaf in _leaves(tree):
         if hasattr(leaf, "nbytes"):
             total += int(leaf.nbytes)
         elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
@@ -70,6 +71,21 @@ def tree_bytes(tree: Any) -> int:
         elif isinstance(leaf, (bytes, str)):
             total += len(leaf.encode() if isinstance(leaf, str) else leaf)
     return total
+
+
+def _leaves(tree: Any) -> list:
+    """JAX's leaves of ``tree``, or, for a tree JAX cannot flatten (a dict
+    whose keys do not sort, such as 7 and "params", which shardkeep saves
+    in their order), shardkeep's own; none for a tree shardkeep refuses
+    too, whose save then fails with the staging's error, not this count's."""
+    try:
+        return jax.tree.leaves(tree)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return [leaf.value for leaf in tree_codec.flatten(tree)[1]]
+    except InvalidArgumentError:
+        return []
 
 
 def _throughput(per_second: str, total: str | None, nbytes: int, seconds: float) -> None:
