@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python" / "tests" / "multiprocess"))
 import harness  # noqa: E402
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def main() -> None:

@@ -16,7 +16,13 @@ class Options:
       chunk_bytes: largest stored chunk; a device shard is split into chunks
         of at most this size so restores onto another sharding read little
         waste and one large shard is written by several threads.
-      compression: None (raw) or "zstd".
+      compression: None (raw) or "zstd": each chunk of a multi-byte dtype
+        is split into byte planes and compressed with zstd, in parallel by
+        the writer threads, and decoded by the reader threads. A chunk that
+        does not shrink is stored raw. Figures in docs/COMPRESSION.md.
+      compression_level: zstd's level for ``compression="zstd"``; None
+        takes the default chosen by measurement (docs/COMPRESSION.md).
+        Negative levels are faster, higher ones smaller and slower.
       io_threads: worker threads of the C++ engine; 0 picks a default (one
         per core, at most 16; loads from S3 keep 32 reads in flight).
       host_memory_limit: cap on the memory the C++ engine allocates for
@@ -86,6 +92,7 @@ class Options:
 
     chunk_bytes: int = 64 << 20
     compression: str | None = None
+    compression_level: int | None = None
     io_threads: int = 0
     host_memory_limit: int = 0
     timeout_s: float = 600.0
@@ -104,6 +111,11 @@ class Options:
         if self.compression not in (None, "zstd"):
             raise InvalidArgumentError(
                 f"Options.compression must be None or 'zstd', got {self.compression!r}")
+        if self.compression_level is not None and (
+                isinstance(self.compression_level, bool)
+                or not isinstance(self.compression_level, int)):
+            raise InvalidArgumentError(
+                f"Options.compression_level must be an int or None, got {self.compression_level!r}")
         if self.io_threads < 0:
             raise InvalidArgumentError(f"Options.io_threads must be >= 0, got {self.io_threads}")
         if self.host_memory_limit < 0:
@@ -127,9 +139,11 @@ class Options:
         """Returns the equivalent ``shardkeep._core.Options``."""
         from . import _core  # Imported late so that this module stays importable alone.
 
+        level = {} if self.compression_level is None else {"zstd_level": self.compression_level}
         return _core.Options(
             chunk_bytes=self.chunk_bytes,
             compress=self.compression == "zstd",
+            **level,
             io_threads=self.io_threads,
             host_memory_limit=self.host_memory_limit,
             timeout_s=float(self.timeout_s),

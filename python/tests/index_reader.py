@@ -29,7 +29,7 @@ def read_index(data: bytes) -> list[dict]:
         leaf, rank, data_file, codec, offset, stored, raw, checksum = (
             RECORD.unpack_from(data, pos))
         pos += RECORD.size
-        assert rank <= 64 and codec in (0, 1)
+        assert rank <= 64 and codec in (0, 1, 2)
         dims = struct.unpack_from(f"<{2 * rank}Q", data, pos)
         pos += 16 * rank
         records.append(dict(leaf=leaf, rank=rank, data_file=data_file,

@@ -1,15 +1,18 @@
 """Reads shardkeep's on-disk format with nothing but docs/FORMAT.md.
 
 This reader shares no code with shardkeep: it decodes the chunk index with
-`struct`, checks checksums with the `xxhash` package and reassembles arrays
-with numpy, so a bug that the C++ encoder and decoder share (a wrong offset,
+`struct`, checks checksums with the `xxhash` package, decompresses with the
+system's libzstd through ctypes and reassembles arrays with numpy, so a bug that the C++ encoder and decoder share (a wrong offset,
 a byte-order slip) shows up here.
 """
 
+import ctypes
+import ctypes.util
 import json
 import pathlib
 import struct
 
+import ml_dtypes
 import numpy as np
 import xxhash
 
@@ -24,7 +27,7 @@ GOLDEN_INDEX = GOLDEN / "golden_p0.idx"
 def test_golden_records_carry_their_own_checksum():
     for name in ("golden_SHARDKEEP", "golden_generation_SHARDKEEP"):
         record = (GOLDEN / name).read_bytes()
-        assert json.loads(record)["version"] == 2
+        assert json.loads(record)["version"] == 3
         stated, actual = own_checksum(record)
         assert stated == actual, name
     # Version 1 records have none.
@@ -64,7 +67,7 @@ def test_saved_checkpoint_reads_back_independently(tmp_path):
     record = (ckpt / "_SHARDKEEP").read_bytes()
     commit = json.loads(record)
     assert commit["format"] == "shardkeep"
-    assert commit["version"] == 2
+    assert commit["version"] == 3
     assert commit["process_count"] == 1
     assert list(commit)[-1] == "checksum"
     stated, actual = own_checksum(record)
@@ -129,3 +132,49 @@ def test_saved_checkpoint_reads_back_independently(tmp_path):
         assert (covered[i] == 1).all(), f"{path}: not covered exactly once"
         np.testing.assert_array_equal(rebuilt[i], array)
         assert rebuilt[i].dtype == array.dtype
+
+
+def _zstd_decompress(frame: bytes, size: int) -> bytes:
+    """One zstd frame decoded by the system's libzstd, not by shardkeep."""
+    lib = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+    out = ctypes.create_string_buffer(size)
+    assert lib.ZSTD_decompress(out, size, frame, len(frame)) == size
+    return out.raw
+
+
+def test_compressed_chunks_decode_as_format_md_says(tmp_path):
+    """Codec 2 (FORMAT.md section 5): one zstd frame of the chunk's byte
+    planes, plane j holding byte j of every element in row-major order."""
+    import shardkeep  # the package under test; only used to write
+
+    rng = np.random.default_rng(3)
+    tree = {"w": (rng.standard_normal((64, 96)) * 0.02).astype(ml_dtypes.bfloat16),
+            "m": rng.standard_normal((48, 80)).astype(np.float32)}
+    ckpt = tmp_path / "ckpt"
+    shardkeep.save(str(ckpt), tree, options=shardkeep.Options(compression="zstd",
+                                                              chunk_bytes=4096))
+    assert json.loads((ckpt / "_SHARDKEEP").read_bytes())["version"] == 3
+    state = ckpt / "state"
+    leaves = json.loads((state / "meta.json").read_text())["leaves"]
+    rebuilt = {leaf["path"]: np.zeros(leaf["shape"], tree[leaf["path"]].dtype) for leaf in leaves}
+    codecs = set()
+    for r in read_index((state / "index" / "p0.idx").read_bytes()):
+        leaf = leaves[r["leaf"]]
+        dtype = tree[leaf["path"]].dtype
+        blob = (state / "data" / f"p0-{r['data_file']}.bin").read_bytes()
+        stored = blob[r["offset"]:r["offset"] + r["stored_length"]]
+        assert xxhash.xxh3_64_intdigest(stored) == r["checksum"]
+        codecs.add(r["codec"])
+        if r["codec"] == 2:
+            planes = np.frombuffer(_zstd_decompress(stored, r["raw_length"]), np.uint8)
+            raw = planes.reshape(dtype.itemsize, -1).T.copy().tobytes()
+        else:
+            raw = stored
+        box = tuple(slice(o, o + s) for o, s in zip(r["origin"], r["shape"]))
+        rebuilt[leaf["path"]][box] = np.frombuffer(raw, dtype).reshape(r["shape"])
+    assert codecs == {2}, "normal float values shrink"
+    for path, array in tree.items():
+        assert np.array_equal(rebuilt[path].view(np.uint8), array.view(np.uint8)), path

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import shardkeep as sk
+from conftest import assert_same_bits
 
 
 def _sds(shape, dtype):
@@ -123,6 +124,19 @@ def test_non_pytree_refuses_target(ckpt):
     sk.save_checkpointables(ckpt, {"blob": b"x"})
     with pytest.raises(sk.InvalidArgumentError):
         sk.load_checkpointables(ckpt, {"blob": np.zeros(1)})
+
+
+def test_compression_level_reaches_the_core_and_is_checked(ckpt):
+    assert sk.Options(compression="zstd", compression_level=3).to_core().zstd_level == 3
+    assert sk.Options().to_core().zstd_level == sk._core.Options().zstd_level
+    for bad in ("3", 1.5, True):
+        with pytest.raises(sk.InvalidArgumentError, match="compression_level must be an int"):
+            sk.Options(compression="zstd", compression_level=bad)
+    values = {"w": np.linspace(0, 1, 4096, dtype=np.float32)}
+    with pytest.raises(sk.InvalidArgumentError, match="zstd level 99 is outside"):
+        sk.save(ckpt, values, options=sk.Options(compression="zstd", compression_level=99))
+    sk.save(ckpt, values, options=sk.Options(compression="zstd", compression_level=5), force=True)
+    assert_same_bits(sk.load(ckpt)["w"], values["w"])
 
 
 def test_bad_arguments():

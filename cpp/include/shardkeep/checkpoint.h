@@ -160,12 +160,19 @@ struct StoredRange {
   std::optional<uint64_t> checksum;
 };
 
+// How a chunk's bytes are stored (docs/FORMAT.md §5).
+enum class ChunkCodec : uint32_t {
+  kRaw = 0,             // the elements as they are
+  kZstd = 1,            // one zstd frame of them
+  kZstdBytePlanes = 2,  // one zstd frame of their byte planes
+};
+
 // One chunk of a leaf as its index records it.
 struct LeafChunk {
   Box box;
   StoredRange range;  // the data file and where the chunk's bytes lie in it
-  bool compressed = false;  // stored as one zstd frame
-  uint64_t raw_length = 0;  // bytes once decompressed
+  ChunkCodec codec = ChunkCodec::kRaw;
+  uint64_t raw_length = 0;  // bytes once decoded
 };
 
 // The checksum stored for each chunk (XXH3-64 of its stored bytes).

@@ -11,9 +11,12 @@ struct Options {
   // Largest chunk a shard is split into. Smaller chunks make loads onto
   // another sharding read less waste; larger ones cut index size.
   uint64_t chunk_bytes = 64ull << 20;
-  // Compress chunks with zstd (level `zstd_level`).
+  // Compress chunks: byte planes, then zstd at `zstd_level` with literals
+  // always entropy-coded (docs/COMPRESSION.md). -30 was chosen by
+  // measurement: on float data as small as level 3 and 1.3x faster than
+  // level 1; faster levels lose the matches of integer sequences.
   bool compress = false;
-  int zstd_level = 1;
+  int zstd_level = -30;
   // Threads writing (and reading) in parallel; 0 = number of cores, at most
   // 16, and for reads at least what the storage asks for
   // (StorageFeatures::parallel_reads: 32 on S3).

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "engine/byte_planes.h"
 #include "engine/tiling.h"
 #include "shardkeep/box.h"
 #include "shardkeep/dtype.h"
@@ -87,20 +88,30 @@ Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stor
                          ", has changed since it was written");
 }
 
-Status DecompressChunk(const format::ChunkRecord& record, const uint8_t* stored,
-                       std::vector<uint8_t>& raw, const std::string& leaf_path,
-                       const std::string& file) {
+Status DecodeChunk(const format::ChunkRecord& record, const uint8_t* stored,
+                   uint64_t item_size, uint8_t* raw, uint8_t* planes,
+                   const std::string& leaf_path, const std::string& file) {
   if (ZSTD_getFrameContentSize(stored, record.stored_length) != record.raw_length) {
     return CorruptionError(DescribeChunk(record, leaf_path, file) + " is not a zstd frame of its recorded length " +
                            std::to_string(record.raw_length));
   }
-  raw.resize(record.raw_length);
-  const size_t n =
-      ZSTD_decompress(raw.data(), record.raw_length, stored, record.stored_length);
+  const bool join = record.codec == format::Codec::kZstdBytePlanes && item_size > 1;
+  uint8_t* out = join ? planes : raw;
+  const size_t n = ZSTD_decompress(out, record.raw_length, stored, record.stored_length);
   if (ZSTD_isError(n) || n != record.raw_length) {
     return CorruptionError(DescribeChunk(record, leaf_path, file) + " does not decompress to its recorded length");
   }
+  if (join) JoinBytePlanes(planes, record.raw_length / item_size, item_size, raw);
   return Status::Ok();
+}
+
+uint64_t DecodeScratchBytes(const format::ChunkRecord& record) {
+  switch (record.codec) {
+    case format::Codec::kRaw: return 0;
+    case format::Codec::kZstd: return record.raw_length;
+    case format::Codec::kZstdBytePlanes: return 2 * record.raw_length;
+  }
+  return 0;
 }
 
 }  // namespace shardkeep::internal

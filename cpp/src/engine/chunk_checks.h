@@ -53,11 +53,19 @@ std::string DescribeChunk(const format::ChunkRecord& record,
 Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stored,
                           const std::string& leaf_path, const std::string& file);
 
-// Decompresses the zstd chunk `stored` into `raw` (resized to raw_length).
-// A frame whose stated size differs from the record is refused before
-// anything is allocated for it. REQUIRES: record.codec is kZstd.
-Status DecompressChunk(const format::ChunkRecord& record, const uint8_t* stored,
-                       std::vector<uint8_t>& raw, const std::string& leaf_path,
-                       const std::string& file);
+// Decodes the compressed chunk `stored` into `raw` (raw_length bytes): one
+// zstd frame of the elements (codec 1) or of their byte planes (codec 2,
+// `item_size` bytes per element), which are decompressed into `planes`
+// (raw_length bytes of scratch) and joined into `raw`. A frame whose stated
+// size differs from the record is refused before anything is written.
+// REQUIRES: record.codec is not kRaw; `planes` is set for codec 2 when
+// item_size > 1 (DecodeScratchBytes says how much a caller needs).
+Status DecodeChunk(const format::ChunkRecord& record, const uint8_t* stored,
+                   uint64_t item_size, uint8_t* raw, uint8_t* planes,
+                   const std::string& leaf_path, const std::string& file);
+
+// The scratch DecodeChunk needs beside the stored bytes: the decoded
+// elements, and for codec 2 their planes. 0 for a raw chunk.
+uint64_t DecodeScratchBytes(const format::ChunkRecord& record);
 
 }  // namespace shardkeep::internal

@@ -86,7 +86,7 @@ struct Differences {
 };
 
 bool SameStoredBytes(const LeafChunk& a, const LeafChunk& b) {
-  return a.box == b.box && a.compressed == b.compressed && a.range.length == b.range.length &&
+  return a.box == b.box && a.codec == b.codec && a.range.length == b.range.length &&
          a.range.checksum && b.range.checksum && *a.range.checksum == *b.range.checksum;
 }
 

@@ -85,12 +85,21 @@ class ScratchBuffers {
     size_t size = 0;
   };
 
+  // The smallest free buffer that holds `size` bytes; when none does, one
+  // is dropped for a new one, so that the number kept does not grow.
+  // Buffers of several sizes are in use at once (a range's stored bytes,
+  // a compressed chunk's decoded bytes and planes).
   Buffer Take(size_t size) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!free_.empty()) {
-        Buffer buffer = std::move(free_.back());
-        free_.pop_back();
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->size >= size && (best == free_.end() || it->size < best->size)) best = it;
+      }
+      if (best == free_.end() && !free_.empty()) best = free_.begin();
+      if (best != free_.end()) {
+        Buffer buffer = std::move(*best);
+        free_.erase(best);
         if (buffer.size >= size) return buffer;
       }
     }
@@ -164,8 +173,7 @@ class Reader final : public CheckpointReader {
     }
     std::vector<LeafChunk> chunks;
     for (const StoredChunk& chunk : part->chunks_by_leaf[leaf]) {
-      chunks.push_back({chunk.record.box, RangeOf(name, chunk),
-                        chunk.record.codec == format::Codec::kZstd,
+      chunks.push_back({chunk.record.box, RangeOf(name, chunk), chunk.record.codec,
                         chunk.record.raw_length});
     }
     return chunks;
@@ -572,15 +580,12 @@ class Reader final : public CheckpointReader {
                              " bytes lies past the end of the file (" +
                              std::to_string(file_size) + " bytes)");
     }
-    // The range's buffer and the decompression buffer CopyOut may need.
-    uint64_t decompressed = 0;
+    // The range's buffer and the decoding scratch CopyOut may need.
+    uint64_t decoding = 0;
     for (const ChunkRead* read : range.chunks) {
-      const auto& record = read->chunk->record;
-      if (record.codec == format::Codec::kZstd) {
-        decompressed = std::max(decompressed, record.raw_length);
-      }
+      decoding = std::max(decoding, internal::DecodeScratchBytes(read->chunk->record));
     }
-    internal::ScopedBytes hold(limiter, range.length + decompressed);
+    internal::ScopedBytes hold(limiter, range.length + decoding);
     ScratchBuffers::Buffer buffer = scratch_.Take(range.length);
     Status status = CopyOut(part, range, file, buffer.data.get());
     scratch_.Give(std::move(buffer));
@@ -614,30 +619,65 @@ class Reader final : public CheckpointReader {
   }
 
   // Reads `range` into `buffer` and copies each of its chunks, verified
-  // (and decompressed), into the destinations that need it.
+  // (and decoded), into the destinations that need it.
   Status CopyOut(const OpenCheckpointable& part, const RangeRead& range,
                  const std::string& file, uint8_t* buffer) {
     SK_RETURN_IF_ERROR(storage_->ReadAt(file, range.offset, range.length, buffer));
-    std::vector<uint8_t> decompressed;
     for (ChunkRead* read : range.chunks) {
       const auto& record = read->chunk->record;
       uint8_t* stored = buffer + (record.offset - range.offset);
       SK_RETURN_IF_ERROR(VerifyOrReread(part, *read, stored, file));
-      const uint8_t* raw = stored;
-      if (record.codec == format::Codec::kZstd) {
-        SK_RETURN_IF_ERROR(internal::DecompressChunk(
-            record, stored, decompressed, part.meta.leaves[record.leaf].path, file));
-        raw = decompressed.data();
-      }
       SK_ASSIGN_OR_RETURN(DType stored_dtype,
                           DTypeFromName(part.meta.leaves[record.leaf].dtype));
+      if (record.codec != format::Codec::kRaw) {
+        SK_RETURN_IF_ERROR(Decode(part, *read, stored_dtype, stored, file));
+        continue;
+      }
       for (const Placement& placement : read->placements) {
-        internal::CopyRegion(raw, record.box, stored_dtype, placement.request->dst,
+        internal::CopyRegion(stored, record.box, stored_dtype, placement.request->dst,
                              placement.request->box, placement.request->dtype,
                              placement.region);
       }
     }
     return Status::Ok();
+  }
+
+  // Decodes a compressed chunk into its destinations: straight into place
+  // when it fills one contiguous run of a destination in its own dtype (a
+  // load onto the sharding it was saved with), else into a buffer copied
+  // from. The buffers come from scratch_, so their pages are touched once
+  // per load, not once per chunk.
+  Status Decode(const OpenCheckpointable& part, const ChunkRead& read, DType stored_dtype,
+                const uint8_t* stored, const std::string& file) {
+    const auto& record = read.chunk->record;
+    const Placement& first = read.placements.front();
+    const bool in_place = read.placements.size() == 1 && first.request->dst != nullptr &&
+                          first.region == record.box && first.request->dtype == stored_dtype &&
+                          internal::IsContiguousIn(record.box, first.request->box);
+    ScratchBuffers::Buffer planes, decoded;
+    if (record.codec == format::Codec::kZstdBytePlanes) planes = scratch_.Take(record.raw_length);
+    uint8_t* raw = nullptr;
+    if (in_place) {
+      raw = first.request->dst +
+            internal::RowMajorOffset(record.box, first.request->box) * DTypeSize(stored_dtype);
+    } else {
+      decoded = scratch_.Take(record.raw_length);
+      raw = decoded.data.get();
+    }
+    Status status = internal::DecodeChunk(record, stored, DTypeSize(stored_dtype), raw,
+                                          planes.data.get(),
+                                          part.meta.leaves[record.leaf].path, file);
+    if (status.ok() && !in_place) {
+      for (const Placement& placement : read.placements) {
+        internal::CopyRegion(raw, record.box, stored_dtype, placement.request->dst,
+                             placement.request->box, placement.request->dtype,
+                             placement.region);
+      }
+    }
+    for (ScratchBuffers::Buffer* used : {&planes, &decoded}) {
+      if (used->data) scratch_.Give(std::move(*used));
+    }
+    return status;
   }
 
   // A committed data file never changes, so its size is asked of the

@@ -1,6 +1,6 @@
 // The reader against damaged bytes: every bit of the commit record, of
 // each meta.json and of each value file is covered by a checksum (format
-// version 2), and on remote storage a chunk, index or small file whose
+// version 2 on), and on remote storage a chunk, index or small file whose
 // check fails is read once more before the load fails.
 #include <gtest/gtest.h>
 
@@ -150,7 +150,7 @@ TEST_F(ReaderChecksumsTest, EveryFlippedBitOfEachValueIsRefused) {
 TEST_F(ReaderChecksumsTest, TheRecordListsWhatItCovers) {
   SK_ASSERT_OK_AND_ASSIGN(std::string bytes, base_->ReadAll(kRecord));
   SK_ASSERT_OK_AND_ASSIGN(auto record, format::DecodeCommitRecord(bytes, kRecord));
-  EXPECT_EQ(record.version, 2);
+  EXPECT_EQ(record.version, format::kFormatVersion);
   ASSERT_EQ(record.checkpointables.size(), 3u);
   for (const format::CheckpointableEntry& entry : record.checkpointables) {
     SK_ASSERT_OK_AND_ASSIGN(std::string meta,

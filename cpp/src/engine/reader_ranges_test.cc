@@ -156,7 +156,7 @@ TEST_F(ReaderRangesTest, ACompressedChunkIsFetchedWhole) {
   Save(options);
   ASSERT_EQ(records_.size(), 4u);
   const auto& second = records_[1];
-  ASSERT_EQ(second.codec, format::Codec::kZstd);
+  ASSERT_EQ(second.codec, format::Codec::kZstdBytePlanes);
   ASSERT_LT(second.stored_length, second.raw_length);
   SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage_, kPath));
   // One element of the chunk holding rows 3-5 still needs all of it.

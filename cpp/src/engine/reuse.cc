@@ -110,7 +110,7 @@ Result<std::optional<std::vector<format::ChunkRecord>>> LinkChunks(
     format::ChunkRecord& record = records.emplace_back();
     record.leaf = leaf;
     record.data_file = *file;
-    record.codec = chunk->compressed ? format::Codec::kZstd : format::Codec::kRaw;
+    record.codec = chunk->codec;
     record.offset = chunk->range.offset;
     record.stored_length = chunk->range.length;
     record.raw_length = chunk->raw_length;
@@ -173,7 +173,7 @@ bool HoldsSameBytes(const StoredChunks& stored, const StoredIn& from, const Shar
                  chunk.box);
       mine = ours.data();
     }
-    if (!chunk.compressed && chunk.range.checksum &&
+    if (chunk.codec == ChunkCodec::kRaw && chunk.range.checksum &&
         ChunkChecksum(mine, length) != *chunk.range.checksum) {
       return false;
     }

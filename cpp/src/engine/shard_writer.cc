@@ -1,8 +1,9 @@
 #include "engine/shard_writer.h"
 
 #include <xxhash.h>
-// For ZSTD_estimateCCtxSize_usingCParams: the working memory of a compression context,
-// counted against host_memory_limit.
+// For ZSTD_estimateCStreamSize_usingCParams (the working memory of a compression
+// context, counted against host_memory_limit), ZSTD_c_literalCompressionMode
+// and ZSTD_c_stableInBuffer.
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
@@ -10,8 +11,10 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "engine/byte_limiter.h"
+#include "engine/byte_planes.h"
 #include "engine/chunking.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
@@ -50,7 +53,8 @@ class ThreadWriter {
     const uint64_t item = DTypeSize(shard.dtype);
     const uint64_t raw_length = task.box.NumElements() * item;
     const bool contiguous = !shard.fill && IsContiguousIn(task.box, shard.box);
-    ReserveScratch(raw_length, !contiguous);
+    const bool planes = options_.compress && item > 1;
+    ReserveScratch(raw_length, !contiguous, planes);
     const uint8_t* raw = nullptr;
     if (shard.fill) {  // a source: produce just this chunk
       gather_.resize(raw_length);
@@ -71,21 +75,19 @@ class ThreadWriter {
     const uint8_t* stored = raw;
     uint64_t stored_length = raw_length;
     if (options_.compress) {
-      compressed_.resize(ZSTD_compressBound(raw_length));
-      if (!zstd_) zstd_.reset(ZSTD_createCCtx());
-      if (!zstd_) return ResourceExhaustedError("cannot create a zstd context");
-      const size_t n = ZSTD_compressCCtx(zstd_.get(), compressed_.data(),
-                                         compressed_.size(), raw, raw_length,
-                                         options_.zstd_level);
-      if (ZSTD_isError(n)) {
-        return InternalError(std::string("zstd compression failed: ") +
-                             ZSTD_getErrorName(n));
+      const uint8_t* input = raw;
+      if (planes) {
+        planes_.resize(raw_length);
+        SplitBytePlanes(raw, raw_length / item, item, planes_.data());
+        input = planes_.data();
       }
+      SK_ASSIGN_OR_RETURN(std::optional<uint64_t> compressed,
+                          Compress(input, raw_length, planes ? item : 1));
       // Incompressible data is stored raw: smaller and faster to read.
-      if (n < raw_length) {
-        record.codec = format::Codec::kZstd;
+      if (compressed) {
+        record.codec = format::Codec::kZstdBytePlanes;
         stored = compressed_.data();
-        stored_length = n;
+        stored_length = *compressed;
       }
     }
     record.stored_length = stored_length;
@@ -114,20 +116,78 @@ class ThreadWriter {
   }
 
  private:
+  // Compresses `length` bytes of `planes` equal planes into compressed_ as
+  // one zstd frame; returns its size, or nullopt when it would not be
+  // smaller than the input (the chunk is then stored raw). Each plane is
+  // flushed as blocks of its own, so that one entropy table never has to
+  // serve both a plane of exponents and a plane of random mantissa bits
+  // (small chunks would otherwise be one block). Literals are entropy-coded
+  // at every level: at zstd's fast negative levels they would otherwise be
+  // stored raw, and the exponent planes gain nothing (docs/COMPRESSION.md).
+  Result<std::optional<uint64_t>> Compress(const uint8_t* input, uint64_t length,
+                                           uint32_t planes) {
+    SK_RETURN_IF_ERROR(PrepareContext());
+    compressed_.resize(length);
+    ZSTD_CCtx* context = zstd_.get();
+    ZSTD_CCtx_reset(context, ZSTD_reset_session_only);
+    ZSTD_CCtx_setPledgedSrcSize(context, length);
+    ZSTD_outBuffer out{compressed_.data(), compressed_.size(), 0};
+    // The input grows plane by plane over one buffer (stableInBuffer).
+    ZSTD_inBuffer in{input, 0, 0};
+    for (uint32_t plane = 1; plane <= planes; ++plane) {
+      in.size = length / planes * plane;
+      const ZSTD_EndDirective end = plane == planes ? ZSTD_e_end : ZSTD_e_flush;
+      size_t left = 0;
+      do {
+        left = ZSTD_compressStream2(context, &out, &in, end);
+        if (ZSTD_isError(left)) {
+          return InternalError(std::string("zstd compression failed: ") +
+                               ZSTD_getErrorName(left));
+        }
+        if (left != 0 && out.pos == out.size) return std::optional<uint64_t>();
+      } while (left != 0);
+    }
+    return std::optional<uint64_t>(out.pos);
+  }
+
+  Status PrepareContext() {
+    if (zstd_) return Status::Ok();
+    // zstd would clamp a level out of its range without a word.
+    if (options_.zstd_level < ZSTD_minCLevel() || options_.zstd_level > ZSTD_maxCLevel()) {
+      return InvalidArgumentError("zstd level " + std::to_string(options_.zstd_level) +
+                                  " is outside [" + std::to_string(ZSTD_minCLevel()) + ", " +
+                                  std::to_string(ZSTD_maxCLevel()) + "]");
+    }
+    zstd_.reset(ZSTD_createCCtx());
+    if (!zstd_) return ResourceExhaustedError("cannot create a zstd context");
+    for (const auto& [parameter, value] :
+         {std::pair{ZSTD_c_compressionLevel, options_.zstd_level},
+          std::pair{ZSTD_c_literalCompressionMode, static_cast<int>(ZSTD_ps_enable)},
+          std::pair{ZSTD_c_stableInBuffer, 1}}) {
+      const size_t set = ZSTD_CCtx_setParameter(zstd_.get(), parameter, value);
+      if (ZSTD_isError(set)) {
+        return InternalError(std::string("cannot configure zstd: ") + ZSTD_getErrorName(set));
+      }
+    }
+    return Status::Ok();
+  }
+
   // Makes the scratch memory held in the limiter cover a chunk of
   // `raw_length` bytes: its gather buffer if it is not contiguous in its
-  // shard, and zstd's output and working memory when compressing. To grow,
-  // the thread first gives back everything it holds, so it never waits for
-  // memory while holding some and threads cannot deadlock on the limiter.
-  void ReserveScratch(uint64_t raw_length, bool gather) {
+  // shard, its byte planes, and zstd's output and working memory when
+  // compressing. To grow, the thread first gives back everything it holds,
+  // so it never waits for memory while holding some and threads cannot
+  // deadlock on the limiter.
+  void ReserveScratch(uint64_t raw_length, bool gather, bool planes) {
     uint64_t output = 0, context = 0;
     if (options_.compress) {
-      output = ZSTD_compressBound(raw_length);
-      context = ZSTD_estimateCCtxSize_usingCParams(
+      output = raw_length;
+      context = ZSTD_estimateCStreamSize_usingCParams(
           ZSTD_getCParams(options_.zstd_level, raw_length, 0));
     }
     const uint64_t needed =
         std::max<uint64_t>(gather_.capacity(), gather ? raw_length : 0) +
+        std::max<uint64_t>(planes_.capacity(), planes ? raw_length : 0) +
         std::max<uint64_t>(compressed_.capacity(), output) +
         std::max<uint64_t>(zstd_ ? held_context_ : 0, context);
     if (needed <= held_) {
@@ -136,12 +196,13 @@ class ThreadWriter {
     }
     FreeScratch();
     held_context_ = context;
-    held_ = (gather ? raw_length : 0) + output + context;
+    held_ = (gather ? raw_length : 0) + (planes ? raw_length : 0) + output + context;
     limiter_.Acquire(held_);
   }
 
   void FreeScratch() {
     gather_ = {};
+    planes_ = {};
     compressed_ = {};
     zstd_.reset();
     limiter_.Release(held_);
@@ -182,6 +243,7 @@ class ThreadWriter {
   uint64_t held_ = 0;          // bytes of limiter_ held for the scratch memory
   uint64_t held_context_ = 0;  // of which for zstd_
   std::vector<uint8_t> gather_;
+  std::vector<uint8_t> planes_;
   std::vector<uint8_t> compressed_;
   std::unique_ptr<ZSTD_CCtx, ZstdContextDeleter> zstd_;
 };

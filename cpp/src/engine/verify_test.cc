@@ -309,7 +309,7 @@ TEST(VerifyCompressed, UndecodableFrameWithRightChecksumIsReported) {
   SK_ASSERT_OK_AND_ASSIGN(std::string index_bytes, storage->ReadAll(index));
   SK_ASSERT_OK_AND_ASSIGN(auto records, format::DecodeIndex(index_bytes, index));
   ASSERT_EQ(records.size(), 1u);
-  ASSERT_EQ(records[0].codec, format::Codec::kZstd);
+  ASSERT_EQ(records[0].codec, format::Codec::kZstdBytePlanes);
   SK_ASSERT_OK_AND_ASSIGN(std::string bytes, storage->ReadAll(data));
   bytes[records[0].offset + records[0].stored_length - 1] ^= 0xff;  // in the frame's end
   records[0].checksum =

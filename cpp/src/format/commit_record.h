@@ -18,7 +18,8 @@
 namespace shardkeep::format {
 
 inline constexpr char kCommitFileName[] = "_SHARDKEEP";
-inline constexpr int kFormatVersion = 2;
+// Version 3 added codec 2, chunks compressed as byte planes (FORMAT.md §6).
+inline constexpr int kFormatVersion = 3;
 // The first version whose records carry checksums: the record's own
 // "checksum" and each checkpointable's "meta_checksum" (and, for json and
 // bytes values, "value_checksum").

@@ -135,9 +135,8 @@ Result<std::vector<ChunkRecord>> DecodeIndex(std::string_view bytes,
       return bad("expected rank <= " + std::to_string(kMaxRank) + ", found " +
                  std::to_string(rank));
     }
-    if (codec != static_cast<uint32_t>(Codec::kRaw) &&
-        codec != static_cast<uint32_t>(Codec::kZstd)) {
-      return bad("expected codec 0 (raw) or 1 (zstd), found " +
+    if (codec > static_cast<uint32_t>(Codec::kZstdBytePlanes)) {
+      return bad("expected codec 0 (raw), 1 (zstd) or 2 (zstd of byte planes), found " +
                  std::to_string(codec));
     }
     r.codec = static_cast<Codec>(codec);

@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "shardkeep/box.h"
+#include "shardkeep/checkpoint.h"
 #include "shardkeep/status.h"
 
 namespace shardkeep::format {
 
-enum class Codec : uint32_t { kRaw = 0, kZstd = 1 };
+// The index stores the public enum's values (docs/FORMAT.md §4).
+using Codec = ::shardkeep::ChunkCodec;
 
 // Magic "SKIDX\0\0\1": the last byte is the index layout version.
 inline constexpr char kIndexMagic[8] = {'S', 'K', 'I', 'D', 'X', 0, 0, 1};

@@ -308,8 +308,9 @@ TEST(IndexCorruption, BadRank) {
 
 TEST(IndexCorruption, UnknownCodec) {
   std::string s = GoldenBytes();
-  PutU32At(&s, kRec1 + 12, 2);
-  ExpectCorruption(Reseal(s), "record 1: expected codec 0 (raw) or 1 (zstd)");
+  PutU32At(&s, kRec1 + 12, 3);
+  ExpectCorruption(Reseal(s),
+                   "record 1: expected codec 0 (raw), 1 (zstd) or 2 (zstd of byte planes), found 3");
 }
 
 TEST(IndexCorruption, RawChunkLengthsDisagree) {
