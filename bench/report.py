@@ -9,6 +9,7 @@ import os
 import re
 import sys
 
+import report_compression
 import report_w5
 import report_w6
 import report_w7
@@ -174,6 +175,7 @@ def verdicts(results) -> list[dict]:
     v += report_w5.verdicts(results)
     v += report_w6.verdicts(results)
     v += report_w7.verdicts(results)
+    v += report_compression.verdicts(results)
     return v
 
 
@@ -328,6 +330,7 @@ def render(results) -> str:
     out += report_w5.section(results)
     out += report_w6.section(results)
     out += report_w7.section(results)
+    out += report_compression.section(results)
     out += ["", "Ratios: `peer best ÷ shardkeep` > 1 means shardkeep is faster than that "
             "peer's fastest configuration; `shardkeep ÷ floor` is the time over the machine's "
             "floor for the same bytes (write+fsync, sequential read, memcpy). "
