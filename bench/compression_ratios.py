@@ -4,7 +4,7 @@ they are) beside shardkeep's ``compression="zstd"`` (byte planes, then zstd
 at each level given), as stored size ÷ raw size. Each array is saved alone
 by both, in one process; times are the minimum of REPS saves.
 
-    python bench/compression.py --out-dir bench/results-compression [--levels -30,1,3]
+    python bench/compression_ratios.py --out-dir bench/results-compression [--levels -30,1,3]
 
 Writes compression.json and COMPRESSION.md in --out-dir.
 """
@@ -99,7 +99,7 @@ def main() -> None:
     tools = [key for key in rows[0] if isinstance(rows[0][key], dict)]
     lines = [f"# Stored size ÷ raw size ({ELEMENTS / 2**20:.0f} Mi elements each; "
              f"save time, best of {REPS})", "",
-             "Made by `python bench/compression.py`; each array saved alone, in one process.", "",
+             "Made by `python bench/compression_ratios.py`; each array saved alone, in one process.", "",
              "| data | " + " | ".join(tools) + " |", "|---|" + "---|" * len(tools)]
     for row in rows:
         lines.append(f"| {row['data']} | " + " | ".join(
