@@ -402,7 +402,7 @@ def test_records_the_core_rejects_are_not_committed(tmp_path, caplog):
         record = json.loads((tmp_path / name / "_SHARDKEEP").read_text())
         change(record)
         write_record(tmp_path / name, record)  # its checksum sealed: only the change counts
-    edit("02", lambda r: r.update(version=3))               # a newer shardkeep's
+    edit("02", lambda r: r.update(version=99))              # a newer shardkeep's
     edit("03", lambda r: r.pop("process_count"))            # valid JSON, not a record
     edit("04", lambda r: r.update(format="orbax"))          # someone else's
     with caplog.at_level(logging.WARNING, logger="shardkeep"):
