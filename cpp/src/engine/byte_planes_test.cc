@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -19,7 +20,29 @@ namespace shardkeep {
 namespace {
 
 using internal::JoinBytePlanes;
+using internal::kBytePlaneBlockElements;
 using internal::SplitBytePlanes;
+
+// The decompressed contents of the zstd frames `stored` holds, in order.
+std::vector<std::vector<uint8_t>> Frames(const uint8_t* stored, uint64_t length) {
+  std::vector<std::vector<uint8_t>> frames;
+  for (uint64_t at = 0; at < length;) {
+    const size_t size = ZSTD_findFrameCompressedSize(stored + at, length - at);
+    EXPECT_FALSE(ZSTD_isError(size));
+    if (ZSTD_isError(size)) break;
+    std::vector<uint8_t>& frame = frames.emplace_back(ZSTD_getFrameContentSize(stored + at, size));
+    EXPECT_EQ(ZSTD_decompress(frame.data(), frame.size(), stored + at, size), frame.size());
+    at += size;
+  }
+  return frames;
+}
+
+// The byte planes of `count` elements of `width` bytes.
+std::vector<uint8_t> Planes(const void* elements, uint64_t count, uint32_t width) {
+  std::vector<uint8_t> planes(count * width);
+  SplitBytePlanes(static_cast<const uint8_t*>(elements), count, width, planes.data());
+  return planes;
+}
 
 TEST(BytePlanesTest, PlaneJHoldsByteJOfEveryElement) {
   for (uint32_t width : {1u, 2u, 3u, 4u, 8u, 16u}) {
@@ -86,26 +109,77 @@ class CompressedLoadTest : public ::testing::Test {
   std::vector<format::ChunkRecord> records_;
 };
 
-// The stored frame decompresses to the chunk's byte planes, and normal
+// Each chunk (under one block) is one frame of its byte planes, and normal
 // float32 values shrink: their exponent plane compresses, the rest is
 // stored in the frame's raw blocks.
-TEST_F(CompressedLoadTest, TheFrameHoldsTheChunksBytePlanes) {
+TEST_F(CompressedLoadTest, AChunkUnderOneBlockIsOneFrameOfItsBytePlanes) {
   ASSERT_EQ(records_.size(), 4u);
   for (const format::ChunkRecord& record : records_) {
     SK_ASSERT_OK_AND_ASSIGN(std::string data, storage_->ReadAll("ckpt/state/" +
                                                                  format::DataFileName(0, record.data_file)));
     ASSERT_EQ(record.codec, format::Codec::kZstdBytePlanes);
     EXPECT_LT(record.stored_length, record.raw_length * 9 / 10);
-    std::vector<uint8_t> planes(record.raw_length);
-    ASSERT_EQ(ZSTD_decompress(planes.data(), planes.size(), data.data() + record.offset,
-                              record.stored_length),
-              record.raw_length);
-    std::vector<uint8_t> expected(record.raw_length);
+    const auto frames = Frames(reinterpret_cast<const uint8_t*>(data.data()) + record.offset,
+                               record.stored_length);
     const std::vector<float> chunk = Expected(record.box);
-    SplitBytePlanes(reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size(), 4,
-                    expected.data());
-    EXPECT_TRUE(planes == expected) << record.box.ToString();
+    ASSERT_EQ(frames.size(), 1u);
+    EXPECT_TRUE(frames[0] == Planes(chunk.data(), chunk.size(), 4)) << record.box.ToString();
   }
+}
+
+// A chunk of 2.3 blocks of bfloat16 is three frames, each the planes of its
+// block, the last one shorter; it loads back bit for bit.
+TEST(CompressedBlocksTest, AChunkIsOneFramePerBlockOfElements) {
+  const uint64_t count = 2 * kBytePlaneBlockElements + 40000;
+  std::vector<uint16_t> w(count);
+  std::mt19937 rng(3);
+  for (uint16_t& v : w) v = static_cast<uint16_t>(0x3c00 + rng() % 0x0200);  // few exponents
+  auto storage = NewMemoryStorage();
+  SaveRequest request;
+  request.path = "ckpt";
+  CheckpointablePayload part = testdata::PytreePayload("state", {{"w", "bfloat16", {count}}});
+  part.shards.push_back({0, DType::kBFloat16, Box{{0}, {count}},
+                         reinterpret_cast<const uint8_t*>(w.data())});
+  request.parts.push_back(std::move(part));
+  Options options;
+  options.compress = true;
+  SK_ASSERT_OK(Save(storage, nullptr, std::move(request), options));
+  SK_ASSERT_OK_AND_ASSIGN(std::string index, storage->ReadAll("ckpt/state/index/p0.idx"));
+  SK_ASSERT_OK_AND_ASSIGN(auto records, format::DecodeIndex(index, "p0.idx"));
+  ASSERT_EQ(records.size(), 1u);
+  ASSERT_EQ(records[0].codec, format::Codec::kZstdBytePlanes);
+  SK_ASSERT_OK_AND_ASSIGN(std::string data, storage->ReadAll("ckpt/state/" + format::DataFileName(0, 0)));
+  const auto frames = Frames(reinterpret_cast<const uint8_t*>(data.data()) + records[0].offset,
+                             records[0].stored_length);
+  ASSERT_EQ(frames.size(), 3u);
+  for (uint64_t k = 0; k < 3; ++k) {
+    const uint64_t first = k * kBytePlaneBlockElements;
+    const uint64_t n = std::min(kBytePlaneBlockElements, count - first);
+    EXPECT_TRUE(frames[k] == Planes(w.data() + first, n, 2)) << "block " << k;
+  }
+  std::vector<uint16_t> out(count);
+  SK_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(storage, "ckpt"));
+  ReadRequest whole{0, DType::kBFloat16, Box{{0}, {count}}, reinterpret_cast<uint8_t*>(out.data())};
+  SK_ASSERT_OK(reader->Read("state", {whole}, Options()));
+  EXPECT_TRUE(out == w);
+  // A box across the second block boundary, through a buffer.
+  const uint64_t from = 2 * kBytePlaneBlockElements - 5;
+  std::vector<uint16_t> part_out(10);
+  ReadRequest across{0, DType::kBFloat16, Box{{from}, {10}},
+                     reinterpret_cast<uint8_t*>(part_out.data())};
+  SK_ASSERT_OK(reader->Read("state", {across}, Options()));
+  EXPECT_TRUE(std::equal(part_out.begin(), part_out.end(), w.begin() + from));
+
+  // A byte after the last frame, under a checksum that holds, is Corruption.
+  data.push_back('\0');
+  records[0].stored_length += 1;
+  records[0].checksum = ChunkChecksum(data.data() + records[0].offset, records[0].stored_length);
+  SK_ASSERT_OK(storage->WriteAll("ckpt/state/" + format::DataFileName(0, 0), data, false));
+  SK_ASSERT_OK(storage->WriteAll("ckpt/state/index/p0.idx", format::EncodeIndex(records), false));
+  SK_ASSERT_OK_AND_ASSIGN(auto damaged, CheckpointReader::Open(storage, "ckpt"));
+  const Status status = damaged->Read("state", {whole}, Options());
+  EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
+  EXPECT_TRUE(testing::Has(status.message(), "1 bytes after its last zstd frame")) << status.ToString();
 }
 
 TEST_F(CompressedLoadTest, LoadsDecodeInPlaceAndThroughBuffers) {

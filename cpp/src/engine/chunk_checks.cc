@@ -3,6 +3,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "engine/byte_planes.h"
@@ -88,30 +89,74 @@ Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stor
                          ", has changed since it was written");
 }
 
-Status DecodeChunk(const format::ChunkRecord& record, const uint8_t* stored,
-                   uint64_t item_size, uint8_t* raw, uint8_t* planes,
-                   const std::string& leaf_path, const std::string& file) {
-  if (ZSTD_getFrameContentSize(stored, record.stored_length) != record.raw_length) {
-    return CorruptionError(DescribeChunk(record, leaf_path, file) + " is not a zstd frame of its recorded length " +
-                           std::to_string(record.raw_length));
+namespace {
+
+// Decompresses the one zstd frame `stored` (`length` bytes) into `out`,
+// which must receive exactly `expected` bytes.
+Status DecompressFrame(const format::ChunkRecord& record, const uint8_t* stored,
+                       uint64_t length, uint8_t* out, uint64_t expected,
+                       const std::string& leaf_path, const std::string& file) {
+  if (ZSTD_getFrameContentSize(stored, length) != expected) {
+    return CorruptionError(DescribeChunk(record, leaf_path, file) +
+                           " is not a zstd frame of its expected length " +
+                           std::to_string(expected));
   }
-  const bool join = record.codec == format::Codec::kZstdBytePlanes && item_size > 1;
-  uint8_t* out = join ? planes : raw;
-  const size_t n = ZSTD_decompress(out, record.raw_length, stored, record.stored_length);
-  if (ZSTD_isError(n) || n != record.raw_length) {
-    return CorruptionError(DescribeChunk(record, leaf_path, file) + " does not decompress to its recorded length");
+  const size_t n = ZSTD_decompress(out, expected, stored, length);
+  if (ZSTD_isError(n) || n != expected) {
+    return CorruptionError(DescribeChunk(record, leaf_path, file) +
+                           " does not decompress to its recorded length");
   }
-  if (join) JoinBytePlanes(planes, record.raw_length / item_size, item_size, raw);
   return Status::Ok();
 }
 
-uint64_t DecodeScratchBytes(const format::ChunkRecord& record) {
-  switch (record.codec) {
-    case format::Codec::kRaw: return 0;
-    case format::Codec::kZstd: return record.raw_length;
-    case format::Codec::kZstdBytePlanes: return 2 * record.raw_length;
+}  // namespace
+
+Status DecodeChunk(const format::ChunkRecord& record, const uint8_t* stored,
+                   uint64_t item_size, uint8_t* raw, uint8_t* planes,
+                   const std::string& leaf_path, const std::string& file) {
+  if (record.codec == format::Codec::kZstd) {
+    return DecompressFrame(record, stored, record.stored_length, raw, record.raw_length,
+                           leaf_path, file);
   }
-  return 0;
+  // Codec 2: a frame per block of elements, each of the block's planes.
+  // Unknown item size: every frame must decompress, and all to raw_length.
+  const uint64_t block_bytes = kBytePlaneBlockElements * std::max<uint64_t>(item_size, 1);
+  uint64_t in = 0;
+  for (uint64_t at = 0; at < record.raw_length;) {
+    const uint64_t remaining = record.stored_length - in;
+    const size_t frame = ZSTD_findFrameCompressedSize(stored + in, remaining);
+    const unsigned long long content = ZSTD_getFrameContentSize(stored + in, remaining);
+    if (ZSTD_isError(frame) || content == ZSTD_CONTENTSIZE_ERROR ||
+        content == ZSTD_CONTENTSIZE_UNKNOWN) {
+      return CorruptionError(DescribeChunk(record, leaf_path, file) + " holds no zstd frame at byte " +
+                             std::to_string(in) + " of " + std::to_string(record.stored_length));
+    }
+    const uint64_t bytes = item_size == 0 ? content : std::min(block_bytes, record.raw_length - at);
+    if (bytes == 0 || bytes > record.raw_length - at) {
+      return CorruptionError(DescribeChunk(record, leaf_path, file) +
+                             " does not decompress to its recorded length");
+    }
+    const bool join = item_size > 1;
+    SK_RETURN_IF_ERROR(DecompressFrame(record, stored + in, frame, join ? planes : raw + at, bytes,
+                                       leaf_path, file));
+    if (join) JoinBytePlanes(planes, bytes / item_size, item_size, raw + at);
+    in += frame;
+    at += bytes;
+  }
+  if (in != record.stored_length) {
+    return CorruptionError(DescribeChunk(record, leaf_path, file) + " has " +
+                           std::to_string(record.stored_length - in) +
+                           " bytes after its last zstd frame");
+  }
+  return Status::Ok();
+}
+
+uint64_t DecodeScratchBytes(const format::ChunkRecord& record, uint64_t item_size) {
+  const uint64_t planes =
+      record.codec == format::Codec::kZstdBytePlanes && item_size > 1
+          ? std::min(record.raw_length, kBytePlaneBlockElements * item_size)
+          : 0;
+  return record.codec == format::Codec::kRaw ? 0 : record.raw_length + planes;
 }
 
 }  // namespace shardkeep::internal

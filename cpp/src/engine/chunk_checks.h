@@ -53,11 +53,14 @@ std::string DescribeChunk(const format::ChunkRecord& record,
 Status CheckChunkChecksum(const format::ChunkRecord& record, const uint8_t* stored,
                           const std::string& leaf_path, const std::string& file);
 
-// Decodes the compressed chunk `stored` into `raw` (raw_length bytes): one
-// zstd frame of the elements (codec 1) or of their byte planes (codec 2,
-// `item_size` bytes per element), which are decompressed into `planes`
-// (raw_length bytes of scratch) and joined into `raw`. A frame whose stated
-// size differs from the record is refused before anything is written.
+// Decodes the compressed chunk `stored` into `raw` (raw_length bytes). Codec
+// 1: one zstd frame of the elements. Codec 2: a zstd frame per block of
+// kBytePlaneBlockElements elements of `item_size` bytes, each of the
+// block's byte planes, decompressed into `planes` (one block of scratch)
+// and joined into `raw`. `item_size` 0 (not known: a verifier without the
+// leaf's dtype) only checks that every frame decompresses, into `raw`, and
+// that together they make raw_length bytes. A frame whose stated size
+// differs from the record is refused before anything is written.
 // REQUIRES: record.codec is not kRaw; `planes` is set for codec 2 when
 // item_size > 1 (DecodeScratchBytes says how much a caller needs).
 Status DecodeChunk(const format::ChunkRecord& record, const uint8_t* stored,
@@ -65,7 +68,7 @@ Status DecodeChunk(const format::ChunkRecord& record, const uint8_t* stored,
                    const std::string& leaf_path, const std::string& file);
 
 // The scratch DecodeChunk needs beside the stored bytes: the decoded
-// elements, and for codec 2 their planes. 0 for a raw chunk.
-uint64_t DecodeScratchBytes(const format::ChunkRecord& record);
+// elements, and for codec 2 one block's planes. 0 for a raw chunk.
+uint64_t DecodeScratchBytes(const format::ChunkRecord& record, uint64_t item_size);
 
 }  // namespace shardkeep::internal

@@ -583,7 +583,9 @@ class Reader final : public CheckpointReader {
     // The range's buffer and the decoding scratch CopyOut may need.
     uint64_t decoding = 0;
     for (const ChunkRead* read : range.chunks) {
-      decoding = std::max(decoding, internal::DecodeScratchBytes(read->chunk->record));
+      const auto& record = read->chunk->record;
+      SK_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(part.meta.leaves[record.leaf].dtype));
+      decoding = std::max(decoding, internal::DecodeScratchBytes(record, DTypeSize(dtype)));
     }
     internal::ScopedBytes hold(limiter, range.length + decoding);
     ScratchBuffers::Buffer buffer = scratch_.Take(range.length);
@@ -654,8 +656,11 @@ class Reader final : public CheckpointReader {
     const bool in_place = read.placements.size() == 1 && first.request->dst != nullptr &&
                           first.region == record.box && first.request->dtype == stored_dtype &&
                           internal::IsContiguousIn(record.box, first.request->box);
+    const uint64_t item = DTypeSize(stored_dtype);
     ScratchBuffers::Buffer planes, decoded;
-    if (record.codec == format::Codec::kZstdBytePlanes) planes = scratch_.Take(record.raw_length);
+    if (const uint64_t block = internal::DecodeScratchBytes(record, item) - record.raw_length) {
+      planes = scratch_.Take(block);
+    }
     uint8_t* raw = nullptr;
     if (in_place) {
       raw = first.request->dst +
@@ -664,8 +669,7 @@ class Reader final : public CheckpointReader {
       decoded = scratch_.Take(record.raw_length);
       raw = decoded.data.get();
     }
-    Status status = internal::DecodeChunk(record, stored, DTypeSize(stored_dtype), raw,
-                                          planes.data.get(),
+    Status status = internal::DecodeChunk(record, stored, item, raw, planes.data.get(),
                                           part.meta.leaves[record.leaf].path, file);
     if (status.ok() && !in_place) {
       for (const Placement& placement : read.placements) {

@@ -53,8 +53,7 @@ class ThreadWriter {
     const uint64_t item = DTypeSize(shard.dtype);
     const uint64_t raw_length = task.box.NumElements() * item;
     const bool contiguous = !shard.fill && IsContiguousIn(task.box, shard.box);
-    const bool planes = options_.compress && item > 1;
-    ReserveScratch(raw_length, !contiguous, planes);
+    ReserveScratch(raw_length, !contiguous, item);
     const uint8_t* raw = nullptr;
     if (shard.fill) {  // a source: produce just this chunk
       gather_.resize(raw_length);
@@ -75,14 +74,8 @@ class ThreadWriter {
     const uint8_t* stored = raw;
     uint64_t stored_length = raw_length;
     if (options_.compress) {
-      const uint8_t* input = raw;
-      if (planes) {
-        planes_.resize(raw_length);
-        SplitBytePlanes(raw, raw_length / item, item, planes_.data());
-        input = planes_.data();
-      }
       SK_ASSIGN_OR_RETURN(std::optional<uint64_t> compressed,
-                          Compress(input, raw_length, planes ? item : 1));
+                          Compress(raw, raw_length, item));
       // Incompressible data is stored raw: smaller and faster to read.
       if (compressed) {
         record.codec = format::Codec::kZstdBytePlanes;
@@ -116,22 +109,42 @@ class ThreadWriter {
   }
 
  private:
-  // Compresses `length` bytes of `planes` equal planes into compressed_ as
-  // one zstd frame; returns its size, or nullopt when it would not be
-  // smaller than the input (the chunk is then stored raw). Each plane is
-  // flushed as blocks of its own, so that one entropy table never has to
-  // serve both a plane of exponents and a plane of random mantissa bits
-  // (small chunks would otherwise be one block). Literals are entropy-coded
-  // at every level: at zstd's fast negative levels they would otherwise be
-  // stored raw, and the exponent planes gain nothing (docs/COMPRESSION.md).
-  Result<std::optional<uint64_t>> Compress(const uint8_t* input, uint64_t length,
-                                           uint32_t planes) {
+  // Compresses a chunk of `length` bytes of `item`-byte elements into
+  // compressed_ as codec 2 (docs/FORMAT.md §5): one zstd frame per block of
+  // kBytePlaneBlockElements elements, each of the block's byte planes.
+  // Returns the stored size, or nullopt when it would not be smaller than
+  // the chunk (which is then stored raw).
+  Result<std::optional<uint64_t>> Compress(const uint8_t* raw, uint64_t length, uint32_t item) {
     SK_RETURN_IF_ERROR(PrepareContext());
     compressed_.resize(length);
+    ZSTD_outBuffer out{compressed_.data(), compressed_.size(), 0};
+    const uint64_t block_bytes = kBytePlaneBlockElements * item;
+    for (uint64_t at = 0; at < length; at += block_bytes) {
+      const uint64_t bytes = std::min(block_bytes, length - at);
+      const uint8_t* input = raw + at;
+      if (item > 1) {
+        planes_.resize(bytes);
+        SplitBytePlanes(raw + at, bytes / item, item, planes_.data());
+        input = planes_.data();
+      }
+      SK_ASSIGN_OR_RETURN(bool fits, CompressFrame(input, bytes, item, out));
+      if (!fits) return std::optional<uint64_t>();
+    }
+    return std::optional<uint64_t>(out.pos);
+  }
+
+  // Appends one frame of `planes` equal planes (`length` bytes) to `out`;
+  // false when `out` is full first. Each plane ends a zstd block, so that
+  // one block's entropy table never serves both a plane of exponents and a
+  // plane of random mantissa bits (a block shorter than a full one would
+  // otherwise mix them). Literals are entropy-coded at every level: at
+  // zstd's fast negative levels they would otherwise be stored raw, and the
+  // exponent planes gain nothing (docs/COMPRESSION.md).
+  Result<bool> CompressFrame(const uint8_t* input, uint64_t length, uint32_t planes,
+                             ZSTD_outBuffer& out) {
     ZSTD_CCtx* context = zstd_.get();
     ZSTD_CCtx_reset(context, ZSTD_reset_session_only);
     ZSTD_CCtx_setPledgedSrcSize(context, length);
-    ZSTD_outBuffer out{compressed_.data(), compressed_.size(), 0};
     // The input grows plane by plane over one buffer (stableInBuffer).
     ZSTD_inBuffer in{input, 0, 0};
     for (uint32_t plane = 1; plane <= planes; ++plane) {
@@ -144,10 +157,10 @@ class ThreadWriter {
           return InternalError(std::string("zstd compression failed: ") +
                                ZSTD_getErrorName(left));
         }
-        if (left != 0 && out.pos == out.size) return std::optional<uint64_t>();
+        if (left != 0 && out.pos == out.size) return false;
       } while (left != 0);
     }
-    return std::optional<uint64_t>(out.pos);
+    return true;
   }
 
   Status PrepareContext() {
@@ -173,21 +186,22 @@ class ThreadWriter {
   }
 
   // Makes the scratch memory held in the limiter cover a chunk of
-  // `raw_length` bytes: its gather buffer if it is not contiguous in its
-  // shard, its byte planes, and zstd's output and working memory when
-  // compressing. To grow, the thread first gives back everything it holds,
-  // so it never waits for memory while holding some and threads cannot
-  // deadlock on the limiter.
-  void ReserveScratch(uint64_t raw_length, bool gather, bool planes) {
-    uint64_t output = 0, context = 0;
+  // `raw_length` bytes of `item`-byte elements: its gather buffer if it is
+  // not contiguous in its shard, and when compressing one block's byte
+  // planes, zstd's output and its working memory. To grow, the thread
+  // first gives back everything it holds, so it never waits for memory
+  // while holding some and threads cannot deadlock on the limiter.
+  void ReserveScratch(uint64_t raw_length, bool gather, uint32_t item) {
+    uint64_t planes = 0, output = 0, context = 0;
     if (options_.compress) {
+      planes = item > 1 ? std::min(raw_length, kBytePlaneBlockElements * item) : 0;
       output = raw_length;
       context = ZSTD_estimateCStreamSize_usingCParams(
           ZSTD_getCParams(options_.zstd_level, raw_length, 0));
     }
     const uint64_t needed =
         std::max<uint64_t>(gather_.capacity(), gather ? raw_length : 0) +
-        std::max<uint64_t>(planes_.capacity(), planes ? raw_length : 0) +
+        std::max<uint64_t>(planes_.capacity(), planes) +
         std::max<uint64_t>(compressed_.capacity(), output) +
         std::max<uint64_t>(zstd_ ? held_context_ : 0, context);
     if (needed <= held_) {
@@ -196,7 +210,7 @@ class ThreadWriter {
     }
     FreeScratch();
     held_context_ = context;
-    held_ = (gather ? raw_length : 0) + (planes ? raw_length : 0) + output + context;
+    held_ = (gather ? raw_length : 0) + planes + output + context;
     limiter_.Acquire(held_);
   }
 

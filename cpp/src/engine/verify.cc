@@ -315,10 +315,10 @@ class Verifier {
         *storage_, check(), job.file, record.offset, record.stored_length, stored.get(), check);
     // A chunk whose bytes changed cannot be expected to decompress.
     if (!checksum.ok() || !compressed) return add(checksum);
-    // Decompressing the frame is the check; joining byte planes (an item
-    // size above 1) would check nothing more.
+    // Decompressing every frame is the check; the leaf's dtype (which the
+    // verifier may not know) would only add joining its byte planes.
     auto raw = std::make_unique_for_overwrite<uint8_t[]>(record.raw_length);
-    return add(internal::DecodeChunk(record, stored.get(), /*item_size=*/1, raw.get(),
+    return add(internal::DecodeChunk(record, stored.get(), /*item_size=*/0, raw.get(),
                                      /*planes=*/nullptr, job.leaf, job.file));
   }
 
