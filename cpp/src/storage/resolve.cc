@@ -9,7 +9,7 @@
 
 #include "shardkeep/location.h"
 #include "shardkeep/storage.h"
-#include "storage/s3/curl_transport.h"
+#include "storage/http/curl_transport.h"
 #include "storage/s3/s3_client.h"
 #include "storage/s3/s3_location.h"
 #include "storage/s3/s3_storage.h"
@@ -57,8 +57,8 @@ Result<std::shared_ptr<Storage>> ProcessS3Storage(const s3::S3Url& url,
       std::to_string(options.timeout_s);
   static std::mutex mu;
   static auto* storages = new std::map<std::string, std::shared_ptr<Storage>>;
-  static const std::shared_ptr<s3::HttpTransport> transport =
-      s3::NewCurlTransport();
+  static const std::shared_ptr<http::HttpTransport> transport =
+      http::NewCurlTransport();
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<Storage>& storage = (*storages)[key];
   if (storage == nullptr) {

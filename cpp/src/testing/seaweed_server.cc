@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "storage/s3/curl_transport.h"
+#include "storage/http/curl_transport.h"
 #include "storage/s3/s3_client.h"
 #include "testing/storage_conformance.h"
 
@@ -191,7 +191,7 @@ Status SeaweedServer::Launch() {
 Status SeaweedServer::WaitUntilReady(double timeout_s) const {
   s3::S3ClientOptions options;
   options.timeout_s = 1;
-  const s3::S3Client client(config(), "", s3::NewCurlTransport(), options);
+  const s3::S3Client client(config(), "", http::NewCurlTransport(), options);
   const auto start = std::chrono::steady_clock::now();
   Status last;
   while (std::chrono::steady_clock::now() - start <
@@ -210,7 +210,7 @@ Status SeaweedServer::WaitUntilReady(double timeout_s) const {
     // takes data again: wait for a write to each bucket too.
     for (const std::string& bucket : buckets_) {
       if (!last.ok()) break;
-      const s3::S3Client writer(config(), bucket, s3::NewCurlTransport(),
+      const s3::S3Client writer(config(), bucket, http::NewCurlTransport(),
                                 options);
       last = writer.PutObject(".shardkeep-probe", "probe");
       if (last.ok()) last = writer.DeleteObject(".shardkeep-probe");
@@ -265,7 +265,7 @@ Status SeaweedServer::CreateBucket(const std::string& bucket) {
   s3::S3Config admin = config();
   admin.credentials.access_key_id = kAdminKeyId;
   admin.credentials.secret_access_key = kAdminSecret;
-  const s3::S3Client client(admin, bucket, s3::NewCurlTransport(), {});
+  const s3::S3Client client(admin, bucket, http::NewCurlTransport(), {});
   s3::S3Request create;
   create.operation = "CreateBucket";
   create.method = "PUT";

@@ -19,10 +19,10 @@ namespace {
 
 using ::shardkeep::testing::Has;
 
-class FakeS3 : public HttpTransport {
+class FakeS3 : public http::HttpTransport {
  public:
-  void Perform(const HttpRequest& request, HttpResponse* response) override {
-    *response = HttpResponse();
+  void Perform(const http::HttpRequest& request, http::HttpResponse* response) override {
+    *response = http::HttpResponse();
     response->status = 200;
     std::unique_lock<std::mutex> lock(mu_);
     log.push_back(request.method + " " + request.url);
@@ -53,7 +53,7 @@ class FakeS3 : public HttpTransport {
     } else if (request.method == "POST" && Has(request.url, "uploadId=")) {
       complete_body = std::string(request.body);
       if (completes++ == 0 && lose_first_complete) {
-        response->transport = Transport::kConnectionReset;
+        response->transport = http::Transport::kConnectionReset;
         return;
       }
       if (lose_first_complete) {  // the lost attempt had completed it

@@ -18,7 +18,7 @@ namespace {
 // big objects) go as UNSIGNED-PAYLOAD.
 constexpr size_t kMaxSignedBody = size_t{1} << 20;
 
-std::string QueryString(const HeaderList& query) {
+std::string QueryString(const http::HeaderList& query) {
   std::vector<std::string> pairs;
   pairs.reserve(query.size());
   for (const auto& [name, value] : query) {
@@ -77,7 +77,7 @@ RetryClock RealRetryClock() {
 }
 
 S3Client::S3Client(S3Config config, std::string bucket,
-                   std::shared_ptr<HttpTransport> transport,
+                   std::shared_ptr<http::HttpTransport> transport,
                    S3ClientOptions options, RetryClock clock)
     : config_(std::move(config)),
       bucket_(std::move(bucket)),
@@ -94,7 +94,7 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
   const std::string url = address.base_url + UriEncode(address.path, true) +
                           QueryString(request.query);
   std::string payload_hash(kEmptyPayloadSha256);
-  HeaderList headers = request.headers;
+  http::HeaderList headers = request.headers;
   if (!request.body.empty()) {
     payload_hash = request.sign_body && request.body.size() <= kMaxSignedBody
                        ? Sha256Hex(request.body)
@@ -126,7 +126,7 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
     SK_ASSIGN_OR_RETURN(SigV4Signature signature,
                         SignS3Request(to_sign, context));
 
-    HttpRequest http;
+    http::HttpRequest http;
     http.method = request.method;
     http.url = url;
     http.headers = headers;
@@ -142,12 +142,12 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
     transport_->Perform(http, &answer.response);
     answer.attempts = attempt;
 
-    const HttpResponse& response = answer.response;
+    const http::HttpResponse& response = answer.response;
     failure.transport = response.transport;
     failure.transport_detail = response.transport_detail;
     failure.http_status = response.status;
     failure.error.reset();
-    if (response.transport == Transport::kAnswered) {
+    if (response.transport == http::Transport::kAnswered) {
       if (response.dst_overflow) {
         return CorruptionError(request.operation + " " + Url(request.key) +
                                ": the answer is longer than the " +
@@ -179,11 +179,11 @@ Result<S3Answer> S3Client::Execute(const S3Request& request) const {
                                        std::to_string(attempt) + " attempts)");
     }
     // Only a request that never reached the server surely had no effect.
-    if (failure.transport != Transport::kConnectFailed) {
+    if (failure.transport != http::Transport::kConnectFailed) {
       answer.earlier_attempt_may_have_applied = true;
     }
     const std::optional<double> wait =
-        BackoffBeforeRetry(options_.backoff, attempt, deadline - clock_.now_s(),
+        http::BackoffBeforeRetry(options_.backoff, attempt, deadline - clock_.now_s(),
                            clock_.uniform01);
     if (!wait) {
       const Status status = ToStatus(failure);
@@ -210,7 +210,7 @@ std::optional<ErrorDocument> S3Client::DiagnoseHead(
                                clock_.wall()};
   Result<SigV4Signature> signature = SignS3Request(to_sign, context);
   if (!signature.ok()) return std::nullopt;
-  HttpRequest http;
+  http::HttpRequest http;
   http.method = "GET";
   http.url = address.base_url + UriEncode(address.path, true);
   http.headers = to_sign.headers;
@@ -222,9 +222,9 @@ std::optional<ErrorDocument> S3Client::DiagnoseHead(
   http.dst = &byte;
   http.dst_capacity = 1;
   http.timeout_s = std::min(10.0, options_.timeout_s);
-  HttpResponse response;
+  http::HttpResponse response;
   transport_->Perform(http, &response);
-  if (response.transport != Transport::kAnswered || response.body.empty()) {
+  if (response.transport != http::Transport::kAnswered || response.body.empty()) {
     return std::nullopt;
   }
   Result<ErrorDocument> document =
@@ -296,7 +296,7 @@ Result<bool> S3Client::CopyObject(const std::string& from,
                       "/" + bucket_ + "/" + UriEncode(from, /*keep_slash=*/true)}};
   // A copy that fails once begun is answered 200 with an Error document.
   request.error_in_answer =
-      [](const HttpResponse& response) -> std::optional<ErrorDocument> {
+      [](const http::HttpResponse& response) -> std::optional<ErrorDocument> {
     Result<ErrorDocument> error = DecodeErrorDocument(response.body, "");
     if (error.ok()) return std::move(error).value();
     return std::nullopt;
@@ -426,7 +426,7 @@ Status S3Client::CompleteMultipartUpload(
   request.query = {{"uploadId", upload_id}};
   request.body = body;
   request.error_in_answer =
-      [&what](const HttpResponse& response) -> std::optional<ErrorDocument> {
+      [&what](const http::HttpResponse& response) -> std::optional<ErrorDocument> {
     Result<CompleteMultipartUploadAnswer> decoded =
         DecodeCompleteMultipartUpload(response.body, what);
     if (decoded.ok() && decoded->error) return decoded->error;

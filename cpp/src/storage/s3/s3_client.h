@@ -22,7 +22,8 @@
 #include <vector>
 
 #include "shardkeep/status.h"
-#include "storage/s3/http_transport.h"
+#include "storage/http/backoff.h"
+#include "storage/http/http_transport.h"
 #include "storage/s3/s3_errors.h"
 #include "storage/s3/s3_location.h"
 #include "storage/s3/s3_xml.h"
@@ -45,33 +46,33 @@ RetryClock RealRetryClock();
 
 struct S3ClientOptions {
   double timeout_s = kDefaultTimeoutS;  // per request, retries included
-  BackoffPolicy backoff;
+  http::BackoffPolicy backoff;
 };
 
 struct S3Request {
   std::string operation;  // "GetObject": names the request in errors
   std::string method;
   std::string key;        // empty: the bucket itself
-  HeaderList query;       // decoded
-  HeaderList headers;     // sent and signed
+  http::HeaderList query;       // decoded
+  http::HeaderList headers;     // sent and signed
   std::string_view body;  // not owned
   // Sign the body's SHA-256; false sends UNSIGNED-PAYLOAD, which spares
   // hashing large parts with SHA-256 (their Content-MD5, which every body
   // carries, lets the store check their bytes).
   bool sign_body = true;
-  char* dst = nullptr;  // see HttpRequest::dst
+  char* dst = nullptr;  // see http::HttpRequest::dst
   size_t dst_capacity = 0;
   // Non-2xx statuses the caller handles itself: returned as answers, not
   // retried or mapped (HEAD's 404, a conditional PUT's 412, ...).
   std::vector<int> handled_statuses;
   // For answers that report failure in a 2xx body (CompleteMultipartUpload):
   // returns the Error document when there is one.
-  std::function<std::optional<ErrorDocument>(const HttpResponse&)>
+  std::function<std::optional<ErrorDocument>(const http::HttpResponse&)>
       error_in_answer;
 };
 
 struct S3Answer {
-  HttpResponse response;
+  http::HttpResponse response;
   int attempts = 1;
   // An earlier attempt failed in a way that may have left its effect
   // (the connection dropped after sending, a 5xx): a conditional PUT
@@ -82,7 +83,7 @@ struct S3Answer {
 class S3Client {
  public:
   S3Client(S3Config config, std::string bucket,
-           std::shared_ptr<HttpTransport> transport, S3ClientOptions options,
+           std::shared_ptr<http::HttpTransport> transport, S3ClientOptions options,
            RetryClock clock = RealRetryClock());
 
   Result<S3Answer> Execute(const S3Request& request) const;
@@ -140,7 +141,7 @@ class S3Client {
 
   S3Config config_;
   std::string bucket_;
-  std::shared_ptr<HttpTransport> transport_;
+  std::shared_ptr<http::HttpTransport> transport_;
   S3ClientOptions options_;
   RetryClock clock_;
 };

@@ -15,10 +15,10 @@ using ::shardkeep::testing::Has;
 constexpr const char* kSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 
 // Answers from a script, in order; records what was asked.
-class ScriptedTransport : public HttpTransport {
+class ScriptedTransport : public http::HttpTransport {
  public:
-  void Then(HttpResponse response) { script_.push_back(std::move(response)); }
-  void Perform(const HttpRequest& request, HttpResponse* response) override {
+  void Then(http::HttpResponse response) { script_.push_back(std::move(response)); }
+  void Perform(const http::HttpRequest& request, http::HttpResponse* response) override {
     std::lock_guard<std::mutex> lock(mu_);
     requests.push_back(request);
     // The body is the caller's memory, gone once the call returns.
@@ -32,30 +32,30 @@ class ScriptedTransport : public HttpTransport {
     script_.pop_front();
   }
 
-  static HttpResponse Status(int code, std::string body) {
-    HttpResponse response;
+  static http::HttpResponse Status(int code, std::string body) {
+    http::HttpResponse response;
     response.status = code;
     response.body = std::move(body);
     return response;
   }
-  static HttpResponse Error(int code, const std::string& error_code) {
+  static http::HttpResponse Error(int code, const std::string& error_code) {
     return Status(code, "<Error><Code>" + error_code +
                             "</Code><Message>server says " + error_code +
                             "</Message><RequestId>req-1</RequestId></Error>");
   }
-  static HttpResponse Dropped(Transport transport) {
-    HttpResponse response;
+  static http::HttpResponse Dropped(http::Transport transport) {
+    http::HttpResponse response;
     response.transport = transport;
     response.transport_detail = "Connection reset by peer";
     return response;
   }
 
-  std::vector<HttpRequest> requests;
+  std::vector<http::HttpRequest> requests;
   std::vector<std::string> bodies;
 
  private:
   std::mutex mu_;
-  std::deque<HttpResponse> script_;
+  std::deque<http::HttpResponse> script_;
 };
 
 // A clock that moves only when the client sleeps.
@@ -105,7 +105,7 @@ class S3ClientTest : public ::testing::Test {
 TEST_F(S3ClientTest, RetriesServiceUnavailableSlowDownAndResetThenSucceeds) {
   transport_->Then(ScriptedTransport::Error(503, "ServiceUnavailable"));
   transport_->Then(ScriptedTransport::Error(503, "SlowDown"));
-  transport_->Then(ScriptedTransport::Dropped(Transport::kConnectionReset));
+  transport_->Then(ScriptedTransport::Dropped(http::Transport::kConnectionReset));
   transport_->Then(ScriptedTransport::Error(500, "InternalError"));
   transport_->Then(ScriptedTransport::Error(429, "TooManyRequests"));
   transport_->Then(ScriptedTransport::Status(200, "payload"));
@@ -115,7 +115,7 @@ TEST_F(S3ClientTest, RetriesServiceUnavailableSlowDownAndResetThenSucceeds) {
   // Full jitter at 0.5 of min(5, 0.05 * 2^(n-1)).
   EXPECT_EQ(clock_.sleeps,
             (std::vector<double>{0.025, 0.05, 0.1, 0.2, 0.4}));
-  for (const HttpRequest& request : transport_->requests) {
+  for (const http::HttpRequest& request : transport_->requests) {
     EXPECT_EQ(request.method, "GET");
     EXPECT_EQ(request.url, "http://127.0.0.1:9000/bucket/dir/key");
   }
@@ -127,7 +127,7 @@ TEST_F(S3ClientTest, EachAttemptIsSignedAndCarriesTheHost) {
   SK_ASSERT_OK(Client().PutObject("a b/c", "data"));
   ASSERT_EQ(transport_->requests.size(), 2u);
   for (const std::string& body : transport_->bodies) EXPECT_EQ(body, "data");
-  for (const HttpRequest& request : transport_->requests) {
+  for (const http::HttpRequest& request : transport_->requests) {
     EXPECT_EQ(request.url, "http://127.0.0.1:9000/bucket/a%20b/c");
     std::map<std::string, std::string> headers(request.headers.begin(),
                                                request.headers.end());
@@ -174,14 +174,14 @@ TEST_F(S3ClientTest, RefusedHeadIsExplainedByAOneByteGet) {
 }
 
 TEST_F(S3ClientTest, ClientErrorsAreNotRetried) {
-  const std::vector<std::pair<HttpResponse, StatusCode>> cases = {
+  const std::vector<std::pair<http::HttpResponse, StatusCode>> cases = {
       {ScriptedTransport::Error(404, "NoSuchKey"), StatusCode::kNotFound},
       {ScriptedTransport::Error(404, "NoSuchBucket"),
        StatusCode::kInvalidArgument},
       {ScriptedTransport::Error(400, "InvalidRequest"), StatusCode::kStorage},
       {ScriptedTransport::Error(412, "PreconditionFailed"),
        StatusCode::kAlreadyExists},
-      {ScriptedTransport::Dropped(Transport::kResolveFailed),
+      {ScriptedTransport::Dropped(http::Transport::kResolveFailed),
        StatusCode::kStorage},
   };
   for (const auto& [response, code] : cases) {
@@ -215,7 +215,7 @@ TEST_F(S3ClientTest, GivesUpAtTheDeadlineWithTheLastError) {
 }
 
 TEST_F(S3ClientTest, HandledStatusesAreAnswersAndReportEarlierAttempts) {
-  transport_->Then(ScriptedTransport::Dropped(Transport::kTimedOut));
+  transport_->Then(ScriptedTransport::Dropped(http::Transport::kTimedOut));
   transport_->Then(ScriptedTransport::Error(412, "PreconditionFailed"));
   S3Request request;
   request.operation = "PutObject";
@@ -229,7 +229,7 @@ TEST_F(S3ClientTest, HandledStatusesAreAnswersAndReportEarlierAttempts) {
   EXPECT_TRUE(answer.earlier_attempt_may_have_applied);
 
   // A refused connection never reached the server.
-  transport_->Then(ScriptedTransport::Dropped(Transport::kConnectFailed));
+  transport_->Then(ScriptedTransport::Dropped(http::Transport::kConnectFailed));
   transport_->Then(ScriptedTransport::Error(412, "PreconditionFailed"));
   SK_ASSERT_OK_AND_ASSIGN(answer, Client().Execute(request));
   EXPECT_FALSE(answer.earlier_attempt_may_have_applied);
@@ -288,7 +288,7 @@ TEST_F(S3ClientTest, DeleteObjectsSendsContentMd5AndReportsFailures) {
   EXPECT_EQ(status.code(), StatusCode::kStorage) << status.ToString();
   EXPECT_TRUE(Has(status.message(), "s3://bucket/x/2"));
   EXPECT_TRUE(Has(status.message(), "AccessDenied"));
-  const HttpRequest& request = transport_->requests.at(0);
+  const http::HttpRequest& request = transport_->requests.at(0);
   EXPECT_EQ(request.method, "POST");
   EXPECT_EQ(request.url, "http://127.0.0.1:9000/bucket?delete=");
   bool has_md5 = false;
@@ -302,7 +302,7 @@ TEST_F(S3ClientTest, DeleteObjectsSendsContentMd5AndReportsFailures) {
 }
 
 // The value of header `name` in `request`; empty when absent.
-std::string Header(const HttpRequest& request, const std::string& name) {
+std::string Header(const http::HttpRequest& request, const std::string& name) {
   for (const auto& [key, value] : request.headers) {
     if (key == name) return value;
   }

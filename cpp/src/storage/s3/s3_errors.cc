@@ -26,25 +26,13 @@ std::string Printable(const std::string& text) {
   return out;
 }
 
-const char* TransportName(Transport transport) {
-  switch (transport) {
-    case Transport::kAnswered: return "answered";
-    case Transport::kConnectFailed: return "could not connect";
-    case Transport::kConnectionReset: return "connection reset";
-    case Transport::kTimedOut: return "timed out";
-    case Transport::kResolveFailed: return "host name does not resolve";
-    case Transport::kTlsFailed: return "TLS handshake failed";
-  }
-  return "unknown transport failure";
-}
-
 // "PutObject s3://bucket/key: HTTP 403 AccessDenied: Access Denied
 // (request id 4442587FB7D0A2F9)".
 std::string Describe(const S3Failure& failure) {
   std::string out = failure.operation + " s3://" + failure.bucket;
   if (!failure.key.empty()) out += "/" + failure.key;
-  if (failure.transport != Transport::kAnswered) {
-    out += std::string(": ") + TransportName(failure.transport);
+  if (failure.transport != http::Transport::kAnswered) {
+    out += std::string(": ") + http::TransportName(failure.transport);
     if (!failure.transport_detail.empty()) {
       out.append(": ").append(Printable(failure.transport_detail));
     }
@@ -75,14 +63,14 @@ std::string KeyIdHint(const S3Failure& failure) {
 
 bool IsRetryable(const S3Failure& failure) {
   switch (failure.transport) {
-    case Transport::kConnectFailed:
-    case Transport::kConnectionReset:
-    case Transport::kTimedOut:
+    case http::Transport::kConnectFailed:
+    case http::Transport::kConnectionReset:
+    case http::Transport::kTimedOut:
       return true;
-    case Transport::kResolveFailed:
-    case Transport::kTlsFailed:
+    case http::Transport::kResolveFailed:
+    case http::Transport::kTlsFailed:
       return false;
-    case Transport::kAnswered:
+    case http::Transport::kAnswered:
       break;
   }
   // Codes first: CompleteMultipartUpload reports InternalError under 200.
@@ -104,7 +92,7 @@ bool IsRetryable(const S3Failure& failure) {
 
 Status ToStatus(const S3Failure& failure) {
   const std::string what = Describe(failure);
-  if (failure.transport != Transport::kAnswered) return StorageError(what);
+  if (failure.transport != http::Transport::kAnswered) return StorageError(what);
   const int status = failure.http_status;
   // Not "nothing stored here": a caller that takes NotFound for an empty
   // prefix (the manager resuming a run) would start from scratch on a
@@ -153,18 +141,6 @@ Status ToStatus(const S3Failure& failure) {
                         " on bucket '" + failure.bucket + "'");
   }
   return StorageError(what);
-}
-
-std::optional<double> BackoffBeforeRetry(
-    const BackoffPolicy& policy, int retry, double remaining_s,
-    const std::function<double()>& uniform01) {
-  // Beyond 2^60 the cap has long taken over; this keeps ldexp finite.
-  const int doublings = std::clamp(retry - 1, 0, 60);
-  const double ceiling =
-      std::min(policy.max_s, std::ldexp(policy.initial_s, doublings));
-  const double wait = uniform01() * ceiling;
-  if (!(wait < remaining_s)) return std::nullopt;
-  return wait;
 }
 
 }  // namespace shardkeep::s3

@@ -26,7 +26,7 @@ S3Failure Answered(int http_status, std::string code = "",
   return failure;
 }
 
-S3Failure Lost(Transport transport) {
+S3Failure Lost(http::Transport transport) {
   S3Failure failure = Answered(0);
   failure.transport = transport;
   failure.transport_detail = "Connection reset by peer";
@@ -135,8 +135,8 @@ TEST(S3ErrorsTest, RetriesServerTroubleThrottlingAndLostConnections) {
       Answered(400, "XAmzContentSHA256Mismatch", "m"),
       // CompleteMultipartUpload's failure under 200.
       Answered(200, "InternalError", "m"),
-      Lost(Transport::kConnectFailed), Lost(Transport::kConnectionReset),
-      Lost(Transport::kTimedOut)};
+      Lost(http::Transport::kConnectFailed), Lost(http::Transport::kConnectionReset),
+      Lost(http::Transport::kTimedOut)};
   for (const S3Failure& failure : retryable) {
     EXPECT_TRUE(IsRetryable(failure)) << ToStatus(failure).ToString();
   }
@@ -148,14 +148,14 @@ TEST(S3ErrorsTest, DoesNotRetryWhatWaitingCannotFix) {
       Answered(400, "InvalidPart", "m"), Answered(400, "InvalidDigest", "m"),
       Answered(403), Answered(404),
       Answered(412), Answered(501, "NotImplemented", "m"),
-      Lost(Transport::kResolveFailed), Lost(Transport::kTlsFailed)};
+      Lost(http::Transport::kResolveFailed), Lost(http::Transport::kTlsFailed)};
   for (const S3Failure& failure : final_failures) {
     EXPECT_FALSE(IsRetryable(failure)) << ToStatus(failure).ToString();
   }
 }
 
 TEST(S3ErrorsTest, TransportFailuresNameObjectAndCause) {
-  const Status status = ToStatus(Lost(Transport::kConnectionReset));
+  const Status status = ToStatus(Lost(http::Transport::kConnectionReset));
   EXPECT_EQ(status.code(), StatusCode::kStorage);
   EXPECT_EQ(status.message(),
             "PutObject s3://bucket/ckpt/_SHARDKEEP: connection reset: "
@@ -168,51 +168,6 @@ TEST(S3ErrorsTest, ServerTextIsBoundedAndKeptOnOneLine) {
   EXPECT_TRUE(Has(status.message(), "Bad Code"));
   EXPECT_TRUE(Has(status.message(), std::string(256, 'x') + "..."));
   EXPECT_FALSE(Has(status.message(), std::string(257, 'x')));
-}
-
-TEST(S3ErrorsTest, BackoffDoublesUpToTheCapWithFullJitter) {
-  const BackoffPolicy policy{0.05, 5.0};
-  auto almost_one = [] { return 0.999999; };
-  std::vector<double> ceilings;
-  for (int retry = 1; retry <= 10; ++retry) {
-    ceilings.push_back(*BackoffBeforeRetry(policy, retry, 1e9, almost_one));
-  }
-  const double expected[] = {0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5, 5, 5};
-  for (int i = 0; i < 10; ++i) {
-    EXPECT_NEAR(ceilings[i], expected[i] * 0.999999, 1e-12) << i;
-  }
-  EXPECT_EQ(*BackoffBeforeRetry(policy, 3, 1e9, [] { return 0.0; }), 0.0);
-  EXPECT_DOUBLE_EQ(*BackoffBeforeRetry(policy, 3, 1e9, [] { return 0.25; }),
-                   0.05);
-  // Huge retry counts stay at the cap.
-  EXPECT_NEAR(*BackoffBeforeRetry(policy, 100000, 1e9, almost_one), 5.0, 1e-5);
-}
-
-TEST(S3ErrorsTest, BackoffGivesUpWhenTheWaitWouldPassTheDeadline) {
-  const BackoffPolicy policy{0.05, 5.0};
-  auto half = [] { return 0.5; };
-  // Retry 8: ceiling 5 s, wait 2.5 s.
-  EXPECT_DOUBLE_EQ(*BackoffBeforeRetry(policy, 8, 2.6, half), 2.5);
-  EXPECT_FALSE(BackoffBeforeRetry(policy, 8, 2.5, half).has_value());
-  EXPECT_FALSE(BackoffBeforeRetry(policy, 1, 0.0, half).has_value());
-  EXPECT_FALSE(BackoffBeforeRetry(policy, 1, -1.0, half).has_value());
-}
-
-TEST(S3ErrorsTest, BackoffIsDeterministicUnderASeededSource) {
-  auto schedule = [](unsigned seed) {
-    std::vector<double> waits;
-    unsigned state = seed;
-    auto lcg = [&state] {
-      state = state * 1103515245u + 12345u;
-      return (state >> 8) / double(1u << 24);
-    };
-    for (int retry = 1; retry <= 6; ++retry) {
-      waits.push_back(*BackoffBeforeRetry({}, retry, 100.0, lcg));
-    }
-    return waits;
-  };
-  EXPECT_EQ(schedule(7), schedule(7));
-  EXPECT_NE(schedule(7), schedule(8));
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ class S3Storage final : public Storage {
     SK_ASSIGN_OR_RETURN(
         S3Answer answer,
         client_->GetRange(key, offset, size, static_cast<char*>(dst)));
-    const HttpResponse& response = answer.response;
+    const http::HttpResponse& response = answer.response;
     const bool whole_object = response.status == 200 && offset == 0;
     if (response.status == 416 ||
         (response.status != 206 && !whole_object) ||

@@ -15,7 +15,7 @@
 #include <random>
 
 #include "storage/read_counter.h"
-#include "storage/s3/curl_transport.h"
+#include "storage/http/curl_transport.h"
 #include "testing/seaweed_server.h"
 #include "testing/status_matchers.h"
 #include "testing/storage_conformance.h"
@@ -53,26 +53,26 @@ std::string FreshRoot(const std::string& what) {
 
 // Passes requests on to a real transport; `fault` may replace the answer
 // of any of them (before or after it reaches the server).
-class FaultyTransport : public HttpTransport {
+class FaultyTransport : public http::HttpTransport {
  public:
   enum class Action { kPass, kDropBefore, kDropAfter, kAnswer503 };
-  explicit FaultyTransport(std::shared_ptr<HttpTransport> real)
+  explicit FaultyTransport(std::shared_ptr<http::HttpTransport> real)
       : real_(std::move(real)) {}
 
-  void Perform(const HttpRequest& request, HttpResponse* response) override {
+  void Perform(const http::HttpRequest& request, http::HttpResponse* response) override {
     Action action = Action::kPass;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (fault) action = fault(request);
     }
     if (action == Action::kDropBefore) {
-      *response = HttpResponse();
-      response->transport = Transport::kConnectionReset;
+      *response = http::HttpResponse();
+      response->transport = http::Transport::kConnectionReset;
       response->transport_detail = "injected: dropped before sending";
       return;
     }
     if (action == Action::kAnswer503) {
-      *response = HttpResponse();
+      *response = http::HttpResponse();
       response->status = 503;
       response->body =
           "<Error><Code>SlowDown</Code><Message>injected</Message></Error>";
@@ -80,32 +80,32 @@ class FaultyTransport : public HttpTransport {
     }
     real_->Perform(request, response);
     if (action == Action::kDropAfter) {
-      *response = HttpResponse();
-      response->transport = Transport::kConnectionReset;
+      *response = http::HttpResponse();
+      response->transport = http::Transport::kConnectionReset;
       response->transport_detail = "injected: answer lost";
     }
   }
 
-  void SetFault(std::function<Action(const HttpRequest&)> f) {
+  void SetFault(std::function<Action(const http::HttpRequest&)> f) {
     std::lock_guard<std::mutex> lock(mu_);
     fault = std::move(f);
   }
 
  private:
-  std::shared_ptr<HttpTransport> real_;
+  std::shared_ptr<http::HttpTransport> real_;
   std::mutex mu_;
-  std::function<Action(const HttpRequest&)> fault;
+  std::function<Action(const http::HttpRequest&)> fault;
 };
 
-std::shared_ptr<HttpTransport> SharedCurl() {
-  static const std::shared_ptr<HttpTransport> transport = NewCurlTransport();
+std::shared_ptr<http::HttpTransport> SharedCurl() {
+  static const std::shared_ptr<http::HttpTransport> transport = http::NewCurlTransport();
   return transport;
 }
 
 std::shared_ptr<S3Client> ClientFor(const S3Config& config,
                                     const std::string& bucket,
                                     double timeout_s = 60,
-                                    std::shared_ptr<HttpTransport> transport =
+                                    std::shared_ptr<http::HttpTransport> transport =
                                         SharedCurl()) {
   S3ClientOptions options;
   options.timeout_s = timeout_s;
@@ -217,7 +217,7 @@ TEST_F(S3StorageTest, GetsAddTheirBytesToTheReadCount) {
 TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
   auto faulty = std::make_shared<FaultyTransport>(SharedCurl());
   // Part 3 never gets through; retrying it runs out of time.
-  faulty->SetFault([](const HttpRequest& request) {
+  faulty->SetFault([](const http::HttpRequest& request) {
     return request.url.find("partNumber=3") != std::string::npos
                ? FaultyTransport::Action::kDropBefore
                : FaultyTransport::Action::kPass;
@@ -393,7 +393,7 @@ TEST_F(S3StorageTest, DroppedConnectionsAndSlowDownAreRetried) {
   std::atomic<int> n{0};
   // Every other request fails: dropped before or after reaching the
   // server, or throttled.
-  faulty->SetFault([&n](const HttpRequest&) {
+  faulty->SetFault([&n](const http::HttpRequest&) {
     switch (n++ % 6) {
       case 1: return FaultyTransport::Action::kDropBefore;
       case 3: return FaultyTransport::Action::kAnswer503;
@@ -425,7 +425,7 @@ TEST_F(S3StorageTest, ConditionalPutWhoseAnswerWasLostSucceeds) {
   std::atomic<int> n{0};
   // The first PUT reaches the server, but its answer is lost; the retry
   // then meets the object it created itself.
-  faulty->SetFault([&n](const HttpRequest& request) {
+  faulty->SetFault([&n](const http::HttpRequest& request) {
     return request.method == "PUT" && n++ == 0
                ? FaultyTransport::Action::kDropAfter
                : FaultyTransport::Action::kPass;
@@ -447,7 +447,7 @@ TEST_F(S3StorageTest, CompletedUploadWhoseAnswerWasLostSucceeds) {
   auto faulty = std::make_shared<FaultyTransport>(SharedCurl());
   std::atomic<int> completes{0};
   // CompleteMultipartUpload reaches the server, but its answer is lost.
-  faulty->SetFault([&completes](const HttpRequest& request) {
+  faulty->SetFault([&completes](const http::HttpRequest& request) {
     const bool complete = request.method == "POST" &&
                           request.url.find("uploadId=") != std::string::npos;
     return complete && completes++ == 0 ? FaultyTransport::Action::kDropAfter

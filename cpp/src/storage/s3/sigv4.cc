@@ -127,7 +127,7 @@ std::string CanonicalUri(std::string_view path) {
   return UriEncode(path, /*keep_slash=*/true);
 }
 
-std::string CanonicalQuery(const HeaderList& query) {
+std::string CanonicalQuery(const http::HeaderList& query) {
   std::vector<std::pair<std::string, std::string>> encoded;
   encoded.reserve(query.size());
   for (const auto& [name, value] : query) {
@@ -162,7 +162,7 @@ Result<SigV4Signature> Sign(const HttpRequestToSign& request,
   SK_RETURN_IF_ERROR(CheckRequest(request, context));
   const auto [amz_date, date_stamp] = AmzDate(context.time);
 
-  HeaderList headers_to_add = {{"x-amz-date", amz_date}};
+  http::HeaderList headers_to_add = {{"x-amz-date", amz_date}};
   if (add_content_sha256) {
     headers_to_add.emplace_back("x-amz-content-sha256",
                                 request.payload_sha256);
@@ -175,8 +175,8 @@ Result<SigV4Signature> Sign(const HttpRequestToSign& request,
   // Sorted by lower-case name; repeated names keep their order of arrival.
   std::map<std::string, std::vector<std::string>> canonical_headers;
   canonical_headers["host"].push_back(CanonicalHeaderValue(request.host));
-  for (const HeaderList* list :
-       {&request.headers, static_cast<const HeaderList*>(&headers_to_add)}) {
+  for (const http::HeaderList* list :
+       {&request.headers, static_cast<const http::HeaderList*>(&headers_to_add)}) {
     for (const auto& [name, value] : *list) {
       canonical_headers[Lower(name)].push_back(CanonicalHeaderValue(value));
     }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "shardkeep/status.h"
+#include "storage/http/http_transport.h"
 
 namespace shardkeep::s3 {
 
@@ -50,8 +51,6 @@ struct AwsCredentials {
   std::string session_token;  // empty: long-term credentials
 };
 
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
-
 struct HttpRequestToSign {
   std::string method;  // "GET", "PUT", ...
   // The Host header as sent: "bucket.s3.us-east-1.amazonaws.com",
@@ -62,12 +61,12 @@ struct HttpRequestToSign {
   std::string path;
   // Decoded query parameters in any order; a parameter without value
   // ("?uploads") has an empty value.
-  HeaderList query;
+  http::HeaderList query;
   // Further headers to sign, in any case and order (range, content-type,
   // if-none-match, ...). Must not contain host, x-amz-date,
   // x-amz-content-sha256, x-amz-security-token or authorization, which the
   // signer sets.
-  HeaderList headers;
+  http::HeaderList headers;
   // Lower-case hex SHA-256 of the body, or kUnsignedPayload.
   std::string payload_sha256 = std::string(kEmptyPayloadSha256);
 };
@@ -90,7 +89,7 @@ struct SigV4Signature {
   // Headers the caller adds to the request besides those it passed in:
   // x-amz-date, x-amz-content-sha256 (SignS3Request only),
   // x-amz-security-token (temporary credentials), authorization.
-  HeaderList headers_to_add;
+  http::HeaderList headers_to_add;
 };
 
 // Signs `request` for any SigV4 service: the signed headers are host,

@@ -20,7 +20,7 @@ system_clock::time_point UtcTime(int year, int month, int day, int hour,
   return system_clock::from_time_t(timegm(&tm));
 }
 
-std::string HeaderValue(const HeaderList& headers, const std::string& name) {
+std::string HeaderValue(const http::HeaderList& headers, const std::string& name) {
   for (const auto& [n, v] : headers) {
     if (n == name) return v;
   }
@@ -47,8 +47,8 @@ struct SuiteCase {
   const char* name;
   const char* method;
   const char* path;
-  HeaderList query;
-  HeaderList headers;
+  http::HeaderList query;
+  http::HeaderList headers;
   const char* body;
   const char* canonical_request;
   // nullptr where the suite's .sts is not the hash of its own .creq
@@ -406,7 +406,7 @@ TEST(SigV4Test, SignatureChangesWithEverySignedInput) {
 
 TEST(SigV4Test, RejectsMalformedOrReservedHeadersWithoutLeakingSecrets) {
   const SigningContext context = S3ExampleContext();
-  const std::vector<HeaderList> bad = {
+  const std::vector<http::HeaderList> bad = {
       {{"x-evil", "a\r\nx-injected: 1"}},
       {{"", "v"}},
       {{"a:b", "v"}},
@@ -414,7 +414,7 @@ TEST(SigV4Test, RejectsMalformedOrReservedHeadersWithoutLeakingSecrets) {
       {{"Authorization", "x"}},
       {{"X-Amz-Date", "20200101T000000Z"}},
   };
-  for (const HeaderList& headers : bad) {
+  for (const http::HeaderList& headers : bad) {
     const Status status =
         SignS3Request({"GET", "h", "/", {}, headers}, context).status();
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument)

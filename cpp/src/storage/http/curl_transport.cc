@@ -1,4 +1,4 @@
-#include "storage/s3/curl_transport.h"
+#include "storage/http/curl_transport.h"
 
 #include <curl/curl.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace shardkeep::s3 {
+namespace shardkeep::http {
 namespace {
 
 // Idle handles kept beyond this are closed; more threads than this rarely
@@ -102,6 +102,7 @@ size_t OnHeader(char* data, size_t one, size_t n, void* user) {
   if (line.rfind("HTTP/", 0) == 0) {  // a new answer (after a 100, say)
     response.etag.clear();
     response.content_length.reset();
+    response.headers.clear();
   } else if (HeaderNameIs(line, "etag")) {
     response.etag = std::string(HeaderValue(line, 4));
   } else if (HeaderNameIs(line, "content-length")) {
@@ -116,6 +117,10 @@ size_t OnHeader(char* data, size_t one, size_t n, void* user) {
         response.body.reserve(static_cast<size_t>(length));
       }
     }
+  } else if (const size_t colon = line.find(':'); colon != std::string_view::npos) {
+    std::string name(line.substr(0, colon));
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    response.headers.emplace_back(std::move(name), std::string(HeaderValue(line, colon)));
   }
   return one * n;
 }
@@ -270,4 +275,4 @@ std::shared_ptr<HttpTransport> NewCurlTransport() {
   return std::make_shared<CurlTransport>();
 }
 
-}  // namespace shardkeep::s3
+}  // namespace shardkeep::http

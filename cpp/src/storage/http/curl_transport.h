@@ -6,10 +6,10 @@
 
 #include <memory>
 
-#include "storage/s3/http_transport.h"
+#include "storage/http/http_transport.h"
 
-namespace shardkeep::s3 {
+namespace shardkeep::http {
 
 std::shared_ptr<HttpTransport> NewCurlTransport();
 
-}  // namespace shardkeep::s3
+}  // namespace shardkeep::http

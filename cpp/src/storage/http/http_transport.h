@@ -1,6 +1,7 @@
-// The HTTP exchange under the S3 client, behind a small interface so that
-// the client's retry logic is tested with a scripted fake and the real
-// transport (libcurl, curl_transport.h) is swapped in for servers.
+// The HTTP exchange under the object-store clients (S3, GCS), behind a small
+// interface so that each client's retry logic is tested with a scripted
+// fake and the real transport (libcurl, curl_transport.h) is swapped in for
+// servers.
 #pragma once
 
 #include <cstddef>
@@ -9,10 +10,26 @@
 #include <string>
 #include <string_view>
 
-#include "storage/s3/s3_errors.h"
-#include "storage/s3/sigv4.h"
+#include <utility>
+#include <vector>
 
-namespace shardkeep::s3 {
+namespace shardkeep::http {
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// How the HTTP exchange ended, as the transport reports it.
+enum class Transport {
+  kAnswered,          // the server sent a status line; see HttpResponse::status
+  kConnectFailed,     // refused or unreachable (a server restarting)
+  kConnectionReset,   // dropped mid-request or mid-answer
+  kTimedOut,          // no progress within the transfer timeout
+  kResolveFailed,     // the endpoint's host name does not resolve
+  kTlsFailed,         // handshake or certificate verification failed
+};
+
+// "connection reset", for messages.
+const char* TransportName(Transport transport);
+
 
 struct HttpRequest {
   std::string method;  // "GET", "HEAD", "PUT", "POST", "DELETE"
@@ -41,6 +58,9 @@ struct HttpResponse {
   bool dst_overflow = false;  // the answer was longer than dst_capacity
   std::string etag;           // the ETag header, quotes kept
   std::optional<uint64_t> content_length;
+  // Every other header of the final answer, names in lower case
+  // ("x-goog-hash", "location"), values without surrounding blanks.
+  HeaderList headers;
 };
 
 // Error documents are small; a longer non-2xx body is cut here.
@@ -54,4 +74,8 @@ class HttpTransport {
   virtual void Perform(const HttpRequest& request, HttpResponse* response) = 0;
 };
 
-}  // namespace shardkeep::s3
+// The value of the answer's header `name` (lower case), if it has one.
+std::optional<std::string> FindHeader(const HttpResponse& response,
+                                      std::string_view name);
+
+}  // namespace shardkeep::http
