@@ -246,11 +246,18 @@ S3Overrides S3SettingsOf(const Options& options) {
   return s3;
 }
 
+// The same for gs:// paths.
+GcsOverrides GcsSettingsOf(const Options& options) {
+  GcsOverrides gcs = options.gcs;
+  if (!gcs.timeout_s) gcs.timeout_s = options.timeout_s;
+  return gcs;
+}
+
 // Every path the front hands over is resolved here, with the call's
 // options (their s3 settings); a test process that armed storage faults
 // gets them wrapped in (see storage/process_faults.h).
 StorageLocation Locate(const std::string& url, const Options& options) {
-  StorageLocation location = ValueOrRaise(ResolveStorage(url, S3SettingsOf(options)));
+  StorageLocation location = ValueOrRaise(ResolveStorage(url, S3SettingsOf(options), GcsSettingsOf(options)));
   location.storage = WithProcessFaults(std::move(location.storage));
   return location;
 }
@@ -1148,13 +1155,20 @@ NB_MODULE(_core, m) {
       .def_rw("endpoint_url", &S3Overrides::endpoint_url)
       .def_rw("profile", &S3Overrides::profile);
 
+  // Settings for gs:// paths; unset fields fall back to the environment.
+  nb::class_<GcsOverrides>(m, "GcsOverrides")
+      .def(nb::init<>())
+      .def_rw("endpoint", &GcsOverrides::endpoint)
+      .def_rw("credentials_file", &GcsOverrides::credentials_file)
+      .def_rw("anonymous", &GcsOverrides::anonymous);
+
   nb::class_<Options>(m, "Options")
       .def(
           "__init__",
           [](Options* self, uint64_t chunk_bytes, bool compress, int zstd_level,
              int io_threads, uint64_t host_memory_limit, double timeout_s,
              bool allow_lossy_cast, uint64_t coalesce_gap_bytes,
-             std::optional<S3Overrides> s3) {
+             std::optional<S3Overrides> s3, std::optional<GcsOverrides> gcs) {
             new (self) Options();
             self->chunk_bytes = chunk_bytes;
             self->compress = compress;
@@ -1165,6 +1179,7 @@ NB_MODULE(_core, m) {
             self->allow_lossy_cast = allow_lossy_cast;
             self->coalesce_gap_bytes = coalesce_gap_bytes;
             if (s3) self->s3 = *std::move(s3);
+            if (gcs) self->gcs = *std::move(gcs);
           },
           // Every default is the struct's own, so that _core.Options() is the
           // core's defaults (test_documented_defaults.py compares them with
@@ -1176,7 +1191,7 @@ NB_MODULE(_core, m) {
           "timeout_s"_a = Options().timeout_s,
           "allow_lossy_cast"_a = Options().allow_lossy_cast,
           "coalesce_gap_bytes"_a = Options().coalesce_gap_bytes,
-          "s3"_a = nb::none())
+          "s3"_a = nb::none(), "gcs"_a = nb::none())
       .def_rw("chunk_bytes", &Options::chunk_bytes)
       .def_rw("compress", &Options::compress)
       .def_rw("zstd_level", &Options::zstd_level)
@@ -1185,7 +1200,8 @@ NB_MODULE(_core, m) {
       .def_rw("timeout_s", &Options::timeout_s)
       .def_rw("allow_lossy_cast", &Options::allow_lossy_cast)
       .def_rw("coalesce_gap_bytes", &Options::coalesce_gap_bytes)
-      .def_rw("s3", &Options::s3);
+      .def_rw("s3", &Options::s3)
+      .def_rw("gcs", &Options::gcs);
 
   BindSaveQueue(m);
   binding::BindBackgroundCopy(m);
@@ -1393,7 +1409,7 @@ NB_MODULE(_core, m) {
       .def_ro("local_path", &Location::local_path,
               "The absolute, normalised path on this machine's file system, or None.")
       .def_ro("object_store", &Location::object_store,
-              "Keys only, no rename (s3, memory-objects).")
+              "Keys only, no rename (s3, gs, memory-objects).")
       .def("__repr__", [](const Location& l) { return "Location(" + l.key + ")"; });
   m.def(
       "check_cast",

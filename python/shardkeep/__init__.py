@@ -23,6 +23,7 @@ from .manager.checkpoint_manager import CheckpointManager
 from .base.named_parts import Checkpointables
 from .options import Options
 from .interop.safetensors import load_safetensors
+from .gcs_settings import GcsSettings
 from .s3_settings import S3Settings
 from .saving.save import (SaveFuture, save, save_async, save_checkpointables,
                           save_checkpointables_async)
@@ -32,7 +33,7 @@ __all__ = [
     "ArraySource", "CheckpointManager", "Checkpointables", "CommitStateUnknownError", "OutOfSpaceError",
     "AlreadyExistsError", "CheckpointInfo", "CheckpointableInfo", "CorruptionError",
     "IncompatibleError", "InvalidArgumentError", "JsonValue", "LeafInfo", "LeaseLostError", "NotFoundError",
-    "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
+    "GcsSettings", "Options", "S3Settings", "SaveFuture", "ShardkeepError", "StorageError", "TimeoutError",
     "convert", "load", "load_checkpointables", "load_dcp", "load_orbax", "load_safetensors",
     "metadata", "preservation", "save_decisions",
     "register_kind", "release_staging_memory",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from .errors import InvalidArgumentError
+from .gcs_settings import GcsSettings
 from .s3_settings import S3Settings
 
 
@@ -80,7 +81,7 @@ class Options:
         checkpoint with the same target (turn it off where processes load
         different checkpoints, e.g. each its own local copy). No effect in
         a single-process job, on numpy targets, or without a target. None
-        (the default): on for checkpoints on an object store (``s3://``),
+        (the default): on for checkpoints on an object store (``s3://``, ``gs://``),
         where reading once and sending saves requests and bandwidth; off
         for file-system paths, where re-reading from the page cache costs
         less than sending over CPU collectives (figures in docs/SCALE.md).
@@ -88,6 +89,9 @@ class Options:
         the AWS files (endpoint, region, credentials, profile); see
         ``shardkeep.S3Settings``. Requests to the store are retried within
         ``timeout_s``.
+      gcs: settings for ``gs://`` paths that win over the environment
+        (endpoint, a key file, anonymous access); see
+        ``shardkeep.GcsSettings``. Requests are retried within ``timeout_s``.
     """
 
     chunk_bytes: int = 64 << 20
@@ -104,6 +108,7 @@ class Options:
     compare_with_base: bool = False
     broadcast_load: bool | None = None
     s3: S3Settings | None = None
+    gcs: GcsSettings | None = None
 
     def __post_init__(self):
         if self.chunk_bytes <= 0:
@@ -126,6 +131,10 @@ class Options:
         if self.s3 is not None and not isinstance(self.s3, S3Settings):
             raise InvalidArgumentError(
                 f"Options.s3 must be a shardkeep.S3Settings or None, got {type(self.s3).__name__}")
+        if self.gcs is not None and not isinstance(self.gcs, GcsSettings):
+            raise InvalidArgumentError(
+                "Options.gcs must be a shardkeep.GcsSettings or None, got "
+                f"{type(self.gcs).__name__}")
 
     def broadcasts_load_of(self, path: str) -> bool:
         """Whether a load of ``path`` uses load-and-broadcast."""
@@ -149,6 +158,7 @@ class Options:
             timeout_s=float(self.timeout_s),
             allow_lossy_cast=self.allow_lossy_cast,
             s3=self.s3.to_core() if self.s3 is not None else None,
+            gcs=self.gcs.to_core() if self.gcs is not None else None,
         )
 
 

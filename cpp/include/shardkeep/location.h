@@ -22,12 +22,12 @@ namespace shardkeep {
 struct Location {
   // The URL as given.
   std::string url;
-  // "file" (plain paths and file:// URLs), "s3", "memory" or
+  // "file" (plain paths and file:// URLs), "s3", "gs", "memory" or
   // "memory-objects".
   std::string scheme;
   // What makes two locations one store, so that a checkpoint in one may
   // name files of the other (a save reusing an earlier one's arrays):
-  // "file" for the local file system, "s3://<bucket>" for a bucket (the
+  // "file" for the local file system, "s3://<bucket>" or "gs://<bucket>" for a bucket (the
   // endpoint and credentials come from the call's settings, shared by both
   // paths), the scheme for the process-wide memory stores.
   std::string storage;
@@ -42,13 +42,13 @@ struct Location {
   // The absolute, normalised path on this machine's file system when the
   // scheme is "file" (equal to `key`), else nullopt.
   std::optional<std::string> local_path;
-  // Keys only, no rename (S3, memory-objects): saves commit by generation
+  // Keys only, no rename (S3, GCS, memory-objects): saves commit by generation
   // folders, and loads read once per job and broadcast by default.
   bool object_store = false;
 };
 
 // InvalidArgument naming `url` for an unknown scheme, an empty path, or an
-// s3:// URL that S3 refuses (a bad bucket name, no key prefix, an empty,
+// s3:// or gs:// URL that the store refuses (a bad bucket name, no key prefix, an empty,
 // "." or ".." segment); Storage when a relative path cannot be made
 // absolute (the working directory is gone). A string whose part before
 // "://" is no scheme (RFC 3986: a letter, then letters, digits, '+', '-',

@@ -39,6 +39,8 @@ struct Options {
   // Settings for s3:// paths that win over the environment and the AWS
   // files (the front resolves every path it is given with them).
   S3Overrides s3;
+  // The same for gs:// paths.
+  GcsOverrides gcs;
 
   int ResolvedIoThreads() const;
   uint64_t ResolvedHostMemoryLimit() const {

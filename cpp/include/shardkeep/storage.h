@@ -193,6 +193,21 @@ struct S3Overrides {
   std::optional<double> timeout_s;
 };
 
+// Settings for gs:// URLs given by the caller; each one set wins over the
+// environment (docs/GCS.md says where the rest come from).
+struct GcsOverrides {
+  // Where requests go: "https://storage.googleapis.com" unless given here
+  // or by STORAGE_EMULATOR_HOST (an emulator, reached without credentials).
+  std::optional<std::string> endpoint;
+  // A service-account or authorized-user key file: wins over Application
+  // Default Credentials.
+  std::optional<std::string> credentials_file;
+  // No credentials at all (public buckets, emulators).
+  std::optional<bool> anonymous;
+  // Retrying one request gives up after this long; default 600.
+  std::optional<double> timeout_s;
+};
+
 // A backend and the path inside it that a URL names.
 struct StorageLocation {
   std::shared_ptr<Storage> storage;
@@ -206,10 +221,12 @@ struct StorageLocation {
 // errors (an unknown scheme, an empty path, a malformed s3:// URL) are
 // this call's.
 // "s3://bucket/prefix" → the S3 backend of `bucket` configured from `s3`,
-// the environment and the AWS files, path "prefix". Storages are shared
-// process-wide by configuration and bucket, so their connections are
-// reused.
+// the environment and the AWS files, path "prefix"; "gs://bucket/prefix"
+// → the GCS backend of `bucket`, credentials from `gcs` or found as
+// Google's libraries find them. Storages are shared process-wide by
+// configuration and bucket, so their connections (and tokens) are reused.
 Result<StorageLocation> ResolveStorage(const std::string& url,
-                                       const S3Overrides& s3 = {});
+                                       const S3Overrides& s3 = {},
+                                       const GcsOverrides& gcs = {});
 
 }  // namespace shardkeep

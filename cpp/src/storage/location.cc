@@ -10,6 +10,7 @@
 #include <system_error>
 #include <vector>
 
+#include "storage/gcs/gcs_url.h"
 #include "storage/s3/s3_location.h"
 
 namespace shardkeep {
@@ -26,6 +27,7 @@ constexpr SchemeTraits kSchemes[] = {
     {"memory", false, false},
     {"memory-objects", false, true},
     {"s3", false, true},
+    {"gs", false, true},
 };
 
 // RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ). Anything else before
@@ -126,6 +128,16 @@ Result<Location> ParseLocation(const std::string& url) {
       return InvalidArgumentError("storage URL '" + url + "' names a bucket but no path in it");
     }
     location.storage = "s3://" + parsed.bucket;
+    location.path = std::move(parsed.prefix);
+    location.key = location.storage + "/" + location.path;
+    return location;
+  }
+  if (scheme == "gs") {
+    SK_ASSIGN_OR_RETURN(gcs::GcsUrl parsed, gcs::ParseGcsUrl(url));
+    if (parsed.prefix.empty()) {
+      return InvalidArgumentError("storage URL '" + url + "' names a bucket but no path in it");
+    }
+    location.storage = "gs://" + parsed.bucket;
     location.path = std::move(parsed.prefix);
     location.key = location.storage + "/" + location.path;
     return location;

@@ -298,15 +298,16 @@ class CheckpointManager:
         and plain dicts included, is the target of "state", returned alone.
         The step is not deleted while it is being loaded. An Orbax step's items
         are its parts (``default`` is "state"). ``options`` given without
-        ``s3`` settings take the manager's.
+        ``s3`` or ``gcs`` settings take the manager's.
         """
         self._check_open()
         step, name = self._record.hold(step)
         path = _join(self._root, name)
         if options is None:
             options = self._options
-        elif options.s3 is None:  # the root's store stays the one to read from
-            options = dataclasses.replace(options, s3=self._options.s3)
+        else:  # the root's store stays the one to read from
+            options = dataclasses.replace(options, s3=options.s3 or self._options.s3,
+                                          gcs=options.gcs or self._options.gcs)
         try:
             if self._record.is_orbax(step):
                 return orbax_steps.load(path, target, partial=partial, options=options)

@@ -14,6 +14,16 @@ const char* TransportName(Transport transport) {
   return "unknown transport failure";
 }
 
+std::string Printable(std::string_view text) {
+  constexpr size_t kMax = 256;
+  std::string out(text.substr(0, kMax));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (text.size() > kMax) out += "...";
+  return out;
+}
+
 std::optional<std::string> FindHeader(const HttpResponse& response,
                                       std::string_view name) {
   for (const auto& [key, value] : response.headers) {

@@ -30,6 +30,10 @@ enum class Transport {
 // "connection reset", for messages.
 const char* TransportName(Transport transport);
 
+// Text from a server (an error's message, a request id) as it may appear in
+// messages and logs: at most 256 characters, on one line.
+std::string Printable(std::string_view text);
+
 
 struct HttpRequest {
   std::string method;  // "GET", "HEAD", "PUT", "POST", "DELETE"

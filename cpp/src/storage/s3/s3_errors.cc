@@ -15,17 +15,6 @@ bool CodeIn(const S3Failure& failure,
          codes.end();
 }
 
-// Server-supplied text goes into messages and logs: bounded, one line.
-std::string Printable(const std::string& text) {
-  constexpr size_t kMax = 256;
-  std::string out = text.substr(0, kMax);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  if (text.size() > kMax) out += "...";
-  return out;
-}
-
 // "PutObject s3://bucket/key: HTTP 403 AccessDenied: Access Denied
 // (request id 4442587FB7D0A2F9)".
 std::string Describe(const S3Failure& failure) {
@@ -34,19 +23,19 @@ std::string Describe(const S3Failure& failure) {
   if (failure.transport != http::Transport::kAnswered) {
     out += std::string(": ") + http::TransportName(failure.transport);
     if (!failure.transport_detail.empty()) {
-      out.append(": ").append(Printable(failure.transport_detail));
+      out.append(": ").append(http::Printable(failure.transport_detail));
     }
     return out;
   }
   out += ": HTTP " + std::to_string(failure.http_status);
   if (failure.error) {
-    out.append(" ").append(Printable(failure.error->code));
+    out.append(" ").append(http::Printable(failure.error->code));
     if (!failure.error->message.empty()) {
-      out.append(": ").append(Printable(failure.error->message));
+      out.append(": ").append(http::Printable(failure.error->message));
     }
     if (!failure.error->request_id.empty()) {
       out.append(" (request id ")
-          .append(Printable(failure.error->request_id))
+          .append(http::Printable(failure.error->request_id))
           .append(")");
     }
   }
@@ -56,7 +45,7 @@ std::string Describe(const S3Failure& failure) {
 std::string KeyIdHint(const S3Failure& failure) {
   return failure.access_key_id.empty()
              ? std::string("no access key id was configured")
-             : "access key id '" + Printable(failure.access_key_id) + "'";
+             : "access key id '" + http::Printable(failure.access_key_id) + "'";
 }
 
 }  // namespace

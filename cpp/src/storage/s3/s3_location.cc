@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "storage/object_prefix.h"
+
 namespace shardkeep::s3 {
 namespace {
 
@@ -238,19 +240,10 @@ Result<S3Url> ParseS3Url(std::string_view url) {
   parsed.bucket = std::string(rest.substr(0, slash));
   const std::string problem = BucketNameProblem(parsed.bucket);
   if (!problem.empty()) return invalid(problem);
-  std::string_view prefix =
-      slash == std::string_view::npos ? "" : rest.substr(slash + 1);
-  while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
-  size_t start = 0;
-  while (!prefix.empty() && start <= prefix.size()) {
-    const size_t end = std::min(prefix.find('/', start), prefix.size());
-    const std::string_view segment = prefix.substr(start, end - start);
-    if (segment.empty() || segment == "." || segment == "..") {
-      return invalid("the key prefix has an empty, '.' or '..' segment");
-    }
-    start = end + 1;
-  }
-  parsed.prefix = std::string(prefix);
+  ObjectPrefix prefix = CheckObjectPrefix(
+      slash == std::string_view::npos ? "" : rest.substr(slash + 1));
+  if (!prefix.problem.empty()) return invalid(prefix.problem);
+  parsed.prefix = std::move(prefix.prefix);
   return parsed;
 }
 

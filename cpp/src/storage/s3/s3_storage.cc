@@ -8,25 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "storage/object_prefix.h"
+
 namespace shardkeep::s3 {
 namespace {
 
 // DeleteObjects takes at most this many keys.
 constexpr size_t kDeleteBatch = 1000;
-
-// A path as a key: leading '/' dropped (paths are relative to the bucket).
-std::string KeyOf(const std::string& path) {
-  size_t start = 0;
-  while (start < path.size() && path[start] == '/') ++start;
-  return path.substr(start);
-}
-
-// The prefix that holds a directory's keys: "dir/", or "" for the bucket.
-std::string DirPrefix(const std::string& path) {
-  std::string key = KeyOf(path);
-  while (!key.empty() && key.back() == '/') key.pop_back();
-  return key.empty() ? key : key + "/";
-}
 
 class S3Storage final : public Storage {
  public:
@@ -149,19 +137,19 @@ class S3Storage final : public Storage {
   }
 
   Result<bool> Exists(const std::string& path) override {
-    const std::string key = KeyOf(path);
+    const std::string key = ObjectKeyOf(path);
     if (!key.empty() && key.back() != '/') {
       SK_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
                           client_->HeadObject(key));
       if (size) return true;
     }
     SK_ASSIGN_OR_RETURN(ListObjectsPage page,
-                        client_->ListPage(DirPrefix(path), "", 1, ""));
+                        client_->ListPage(DirectoryPrefix(path), "", 1, ""));
     return !page.objects.empty() || !page.common_prefixes.empty();
   }
 
   Result<std::vector<std::string>> List(const std::string& dir) override {
-    const std::string prefix = DirPrefix(dir);
+    const std::string prefix = DirectoryPrefix(dir);
     SK_ASSIGN_OR_RETURN(ListObjectsPage all, client_->ListAll(prefix, "/"));
     std::vector<std::string> names;
     for (const ListedObject& object : all.objects) {
@@ -214,8 +202,8 @@ class S3Storage final : public Storage {
   }
 
   Status DeleteRecursive(const std::string& path) override {
-    const std::string key = KeyOf(path);
-    const std::string prefix = DirPrefix(path);
+    const std::string key = ObjectKeyOf(path);
+    const std::string prefix = DirectoryPrefix(path);
     std::vector<std::string> keys;
     if (!key.empty() && key.back() != '/') keys.push_back(key);
     SK_ASSIGN_OR_RETURN(ListObjectsPage all, client_->ListAll(prefix, ""));
@@ -254,8 +242,8 @@ class S3Storage final : public Storage {
 
   Status Rename(const std::string& from, const std::string& to) override {
     return StorageError(
-        "cannot rename " + client_->Url(KeyOf(from)) + " to " +
-        client_->Url(KeyOf(to)) +
+        "cannot rename " + client_->Url(ObjectKeyOf(from)) + " to " +
+        client_->Url(ObjectKeyOf(to)) +
         ": object stores have no rename (checkpoints are committed there "
         "with a conditional PUT)");
   }
@@ -269,7 +257,7 @@ class S3Storage final : public Storage {
   // The key of a file. Keys ending in '/' are refused: some servers treat
   // them as directories.
   Result<std::string> ObjectKey(const std::string& path) const {
-    std::string key = KeyOf(path);
+    std::string key = ObjectKeyOf(path);
     if (key.empty() || key.back() == '/') {
       return InvalidArgumentError("'" + path + "' in " + client_->Url("") +
                                   " names no object (empty or ending in '/')");
