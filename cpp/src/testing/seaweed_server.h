@@ -18,6 +18,7 @@
 
 #include "shardkeep/status.h"
 #include "storage/s3/s3_location.h"
+#include "testing/server_process.h"
 
 namespace shardkeep::testing {
 
@@ -50,13 +51,13 @@ class SeaweedServer {
  private:
   SeaweedServer() = default;
   Status Launch();
-  Status WaitUntilReady(double timeout_s) const;
+  Status WaitUntilReady(double timeout_s);
 
   std::string binary_;
   std::string dir_;  // data, credentials file, log
   std::map<std::string, int> ports_;
   std::vector<std::string> buckets_;  // created by CreateBucket
-  pid_t pid_ = -1;
+  ServerProcess process_;
 };
 
 }  // namespace shardkeep::testing

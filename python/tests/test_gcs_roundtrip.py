@@ -1,0 +1,144 @@
+"""gs:// against a GCS emulator (fake-gcs-server, see gcs_server.py): a Flax
+NNX model with its Adam state saved by the manager and resumed onto another
+mesh, incremental reuse by server-side copies, the command line, and the
+per-call settings."""
+
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import shardkeep as sk
+from conftest import assert_same_bits, make_mesh
+from shardkeep import _core
+from test_flax_nnx import (AXES, abstract_state, assert_states_equal, batch, new_optimizer,
+                           train_step, trained_model)
+
+
+def test_nnx_training_state_resumes_from_the_manager_onto_another_mesh(gcs):
+    mesh = make_mesh((2, 4), AXES)
+    model, optimizer = trained_model(mesh)
+    manager = sk.CheckpointManager(gcs.url("runs/nnx"), keep_last=2)
+    for step in range(3):
+        train_step(model, optimizer, *batch(step))
+        manager.save(step, {"model": nnx.state(model), "opt": nnx.state(optimizer)},
+                     custom_metadata={"lr": 0.01})
+    manager.wait()
+    assert manager.all_steps() == [1, 2]
+    assert manager.custom_metadata(2) == {"lr": 0.01}
+    manager.close()
+    assert not [n for n in gcs.names("runs/") if ".part-" in n or "/.shardkeep-tmp" in n]
+
+    other = make_mesh((4, 2), AXES)
+    resumed = sk.CheckpointManager(gcs.url("runs/nnx"))
+    target = {"model": abstract_state(other),
+              "opt": nnx.state(new_optimizer(trained_model(other, steps=0)[0], other))}
+    loaded = resumed.load(None, target)
+    assert_states_equal(loaded["model"], nnx.state(model))
+    assert_states_equal(loaded["opt"], nnx.state(optimizer))
+    kernel = loaded["model"]["hidden"]["kernel"].get_value()
+    assert kernel.sharding.mesh.devices.shape == (4, 2)
+    resumed.close()
+
+
+def test_unchanged_arrays_are_copied_on_the_server(gcs):
+    """The base's data files are copied by the server (rewrite), no byte of
+    them through this host; the new checkpoint is whole without the base."""
+    mesh = make_mesh((8,), ("x",))
+    rng = np.random.default_rng(0)
+    state = {"frozen": jax.device_put(rng.normal(size=(512, 1024)).astype(np.float32),
+                                      NamedSharding(mesh, P("x", None))),
+             "adapter": jax.device_put(rng.normal(size=(512, 8)).astype(np.float32),
+                                       NamedSharding(mesh, P("x", None)))}
+    a, b = gcs.url("ft/a"), gcs.url("ft/b")
+    sk.save(a, state)
+    state = {**state, "adapter": state["adapter"] - 1}
+    read_before = _core.storage_bytes_read()
+    sk.save(b, state, base=a)
+    assert _core.storage_bytes_read() - read_before < 64 << 10  # metadata only
+    _core.delete_checkpoint(a, sk.Options().to_core())
+    assert not gcs.names("ft/a/")
+    loaded = sk.load(b, jax.tree.map(lambda x: x, state))
+    for name in state:
+        assert_same_bits(loaded[name], state[name])
+
+
+def test_racing_saves_to_one_path_commit_exactly_once(gcs):
+    url = gcs.url("race/1")
+    results = []
+
+    def save(value):
+        try:
+            sk.save(url, {"x": np.full(1000, value, np.int32)})
+            results.append(value)
+        except sk.AlreadyExistsError:
+            results.append(None)
+
+    threads = [threading.Thread(target=save, args=(v,)) for v in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1, results
+    np.testing.assert_array_equal(sk.load(url)["x"], np.full(1000, winners[0], np.int32))
+
+
+def test_command_line_reads_gs_checkpoints(gcs):
+    url = gcs.url("cli/5")
+    sk.save(url, {"w": np.arange(12, dtype=np.float32).reshape(3, 4)})
+    shardkeep = [str(pathlib.Path(sys.executable).parent / "shardkeep")]
+    info = subprocess.run(shardkeep + ["info", url, "--json"], capture_output=True, text=True)
+    assert info.returncode == 0, info.stderr
+    assert "w" in info.stdout
+    verify = subprocess.run(shardkeep + ["verify", url], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr + verify.stdout
+    listing = subprocess.run(shardkeep + ["ls", gcs.url("cli")], capture_output=True, text=True)
+    assert listing.returncode == 0 and "5" in listing.stdout, listing.stderr
+
+
+def test_per_call_settings_reach_the_emulator_without_the_environment(gcs, gcs_server,
+                                                                       monkeypatch):
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    options = sk.Options(gcs=sk.GcsSettings(endpoint=gcs_server.endpoint, anonymous=True))
+    sk.save(gcs.url("settings/1"), {"a": np.arange(5)}, options=options)
+    np.testing.assert_array_equal(sk.load(gcs.url("settings/1"), options=options)["a"],
+                                  np.arange(5))
+
+
+def test_settings_check_their_fields(tmp_path):
+    with pytest.raises(sk.InvalidArgumentError, match="endpoint must start with http"):
+        sk.GcsSettings(endpoint="storage.googleapis.com")
+    with pytest.raises(sk.InvalidArgumentError, match="not both"):
+        sk.GcsSettings(credentials_file="/k.json", anonymous=True)
+    with pytest.raises(sk.InvalidArgumentError, match="Options.gcs"):
+        sk.Options(gcs="gs://x")
+
+
+def test_a_broken_key_file_is_named_and_its_secret_is_not(gcs, tmp_path, monkeypatch):
+    key = tmp_path / "key.json"
+    key.write_text(json.dumps({"type": "service_account", "client_email": "sk@p.iam",
+                               "private_key": "NOT A PEM secret-material-123",
+                               "private_key_id": "k1"}))
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    with pytest.raises(sk.ShardkeepError) as raised:
+        sk.save(gcs.url("broken/1"), {"a": np.arange(3)})
+    assert str(key) in str(raised.value)
+    assert "secret-material-123" not in str(raised.value)
+
+
+def test_bad_gs_urls_are_refused_with_the_rule():
+    with pytest.raises(sk.InvalidArgumentError, match="3 to 63"):
+        sk.save("gs://ab/run/1", {"a": np.arange(3)})
+    with pytest.raises(sk.InvalidArgumentError, match="names a bucket but no path"):
+        sk.save("gs://bucket-only", {"a": np.arange(3)})
+    with pytest.raises(sk.InvalidArgumentError, match="segment"):
+        sk.save("gs://abc/run//1", {"a": np.arange(3)})
