@@ -1444,7 +1444,7 @@ NB_MODULE(_core, m) {
   binding::BindTreeKeys(m);
   binding::BindMetaObjects(m);
   m.def("storage_bytes_read", &StorageBytesRead,
-        "Bytes this process has read through the file and S3 backends (every read and"
+        "Bytes this process has read through the file, S3 and GCS backends (every read and"
         " GET, whatever asked). Memory-mapped files (Options(map_files=True), the"
         " default for raw chunks on local files) are not read through storage and"
         " are not counted: measure with map_files=False.");

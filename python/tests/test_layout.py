@@ -17,7 +17,7 @@ TESTS = pathlib.Path(__file__).parent
 # itself). Saving and loading share a rank: neither imports the other. The
 # manager reads other formats' steps under its root (Orbax's) with interop.
 RANK = {
-    "_core": 0, "errors": 0, "s3_settings": 1, "options": 2,
+    "_core": 0, "errors": 0, "s3_settings": 1, "gcs_settings": 1, "options": 2,
     "base": 3, "job": 4, "saving": 5, "loading": 5,
     "interop": 6, "manager": 7, "__init__": 8,
     # The Orbax drop-in is a client of the package's public API, above it.
@@ -103,7 +103,7 @@ def test_the_public_api_is_all_and_nothing_else():
     # Imported by its users alone (``from shardkeep import orbax``), not by the package.
     add_ons = {"orbax"}
     modules = {name for name in public if inspect.ismodule(getattr(shardkeep, name))}
-    assert modules <= set(ROLES) | {"errors", "options", "s3_settings"} | namespaces | add_ons
+    assert modules <= set(ROLES) | {"errors", "options", "s3_settings", "gcs_settings"} | namespaces | add_ons
     assert public - (modules - namespaces) - add_ons == set(shardkeep.__all__)
 
 

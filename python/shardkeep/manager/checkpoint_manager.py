@@ -303,11 +303,8 @@ class CheckpointManager:
         self._check_open()
         step, name = self._record.hold(step)
         path = _join(self._root, name)
-        if options is None:
-            options = self._options
-        else:  # the root's store stays the one to read from
-            options = dataclasses.replace(options, s3=options.s3 or self._options.s3,
-                                          gcs=options.gcs or self._options.gcs)
+        options = self._options if options is None else dataclasses.replace(  # same store
+            options, s3=options.s3 or self._options.s3, gcs=options.gcs or self._options.gcs)
         try:
             if self._record.is_orbax(step):
                 return orbax_steps.load(path, target, partial=partial, options=options)
