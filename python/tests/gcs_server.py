@@ -129,6 +129,10 @@ class GcsBucket:
             if not token:
                 return sorted(names)
 
+    def delete(self, name: str) -> None:
+        quoted = urllib.parse.quote(name, safe="")
+        self.emulator.request("DELETE", f"/storage/v1/b/{self.name}/o/{quoted}")
+
 
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):

@@ -6,7 +6,7 @@ restarted job opens one while the old one is still saving, an operator runs
 `shardkeep gc`. Each of them collects leftovers, and a save in flight looks
 exactly like one until it commits. Here the first save is held at its
 "written" barrier (its data written, its commit not made) while another
-process collects, on a file system and on S3; then the save commits and
+process collects, on a file system, on S3 and on GCS; then the save commits and
 loads bit for bit. A killed job's lease expires with its process, and its
 leftovers are then collected.
 """
@@ -64,11 +64,11 @@ def _held_at_written(monkeypatch):
     return reached, release
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "gs"])
 def root(request, tmp_path):
     if request.param == "file":
         return str(tmp_path / "run")
-    return request.getfixturevalue("s3").url("run")
+    return request.getfixturevalue({"s3": "s3", "gs": "gcs"}[request.param]).url("run")
 
 
 @pytest.mark.parametrize("collector", ["manager", "gc"])
