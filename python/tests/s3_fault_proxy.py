@@ -94,6 +94,7 @@ class Seen:
     target: str
     outcome: str  # "forwarded", "error 503", "dropped", "cut", "lost", "flipped",
                   # "delayed", "stalled" (the client gave up waiting), "unreachable"
+    authorization: str | None = None  # the request's Authorization header
 
 
 class FaultProxy:
@@ -241,9 +242,11 @@ class FaultProxy:
             plan = self._plan
         return plan.choose(method, target, headers) if plan is not None else None
 
-    def _record(self, method: str, target: str, outcome: str) -> None:
+    def _record(self, method: str, target: str, outcome: str,
+                headers: dict | None = None) -> None:
         with self._lock:
-            self.seen.append(Seen(method, target, outcome))
+            self.seen.append(Seen(method, target, outcome,
+                                  (headers or {}).get("authorization")))
 
     def _serve(self, client: socket.socket) -> None:
         self._track(client)
@@ -279,7 +282,7 @@ class FaultProxy:
                     self._track(upstream)
                 state, outcome = self._forward(client, incoming, upstream, head, headers,
                                                method, fault)
-                self._record(method, target, outcome)
+                self._record(method, target, outcome, headers)
                 if state != "open":
                     return
         except (Closed, OSError, ValueError):
