@@ -80,14 +80,28 @@ TEST(LocationTest, ObjectStoreKeysKeepTheirPath) {
   EXPECT_EQ(objects.local_path, std::nullopt);
 }
 
+TEST(LocationTest, GcsBucketsAreStoresOfTheirOwn) {
+  const Location gs = Parsed("gs://bucket-1/runs/a/");
+  EXPECT_EQ(gs.scheme, "gs");
+  EXPECT_EQ(gs.storage, "gs://bucket-1");
+  EXPECT_EQ(gs.key, "gs://bucket-1/runs/a");
+  EXPECT_EQ(gs.path, "runs/a");
+  EXPECT_EQ(gs.local_path, std::nullopt);
+  EXPECT_TRUE(gs.object_store);
+  // Dotted names may be longer; a bucket of one name on S3 is another store.
+  EXPECT_EQ(Parsed("gs://a.b.c/x").storage, "gs://a.b.c");
+  EXPECT_NE(Parsed("s3://bucket-1/runs/a").storage, gs.storage);
+}
+
 TEST(LocationTest, RefusesWhatNoBackendReads) {
-  for (const char* url : {"", "file://", "memory://", "gs://b/p", "gopher://h/x",
-                          "s3://bucket", "s3://ab/x", "s3://bucket/a//b", "s3://bucket/../x"}) {
+  for (const char* url : {"", "file://", "memory://", "gopher://h/x", "s3://bucket", "s3://ab/x",
+                          "s3://bucket/a//b", "s3://bucket/../x", "gs://b/p", "gs://bucket",
+                          "gs://Bucket/x", "gs://goog-x/y", "gs://bucket/a/./b"}) {
     const Status status = ParseLocation(url).status();
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << url;
     EXPECT_NE(status.message().find(url), std::string::npos) << status.ToString();
   }
-  EXPECT_NE(ParseLocation("gs://b/p").status().message().find("unknown scheme 'gs'"),
+  EXPECT_NE(ParseLocation("gopher://h/x").status().message().find("unknown scheme 'gopher'"),
             std::string::npos);
 }
 
