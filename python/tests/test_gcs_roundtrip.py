@@ -4,9 +4,6 @@ mesh, incremental reuse by server-side copies, the command line, and the
 per-call settings."""
 
 import json
-import pathlib
-import subprocess
-import sys
 import threading
 
 import jax
@@ -18,6 +15,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import shardkeep as sk
 from conftest import assert_same_bits, make_mesh
 from shardkeep import _core
+from test_cli import kill_a_save, run, run_json
+from test_cli_data import files_under
 from test_flax_nnx import (AXES, abstract_state, assert_states_equal, batch, new_optimizer,
                            train_step, trained_model)
 
@@ -91,17 +90,37 @@ def test_racing_saves_to_one_path_commit_exactly_once(gcs):
     np.testing.assert_array_equal(sk.load(url)["x"], np.full(1000, winners[0], np.int32))
 
 
-def test_command_line_reads_gs_checkpoints(gcs):
-    url = gcs.url("cli/5")
-    sk.save(url, {"w": np.arange(12, dtype=np.float32).reshape(3, 4)})
-    shardkeep = [str(pathlib.Path(sys.executable).parent / "shardkeep")]
-    info = subprocess.run(shardkeep + ["info", url, "--json"], capture_output=True, text=True)
-    assert info.returncode == 0, info.stderr
-    assert "w" in info.stdout
-    verify = subprocess.run(shardkeep + ["verify", url], capture_output=True, text=True)
-    assert verify.returncode == 0, verify.stderr + verify.stdout
-    listing = subprocess.run(shardkeep + ["ls", gcs.url("cli")], capture_output=True, text=True)
-    assert listing.returncode == 0 and "5" in listing.stdout, listing.stderr
+def test_ls_info_gc_and_rm_on_gs(gcs):
+    root = gcs.url("runs/7")
+    with sk.CheckpointManager(root) as mgr:
+        mgr.save(10, {"w": np.arange(1024, dtype=np.float32)}, metrics={"acc": 0.5})
+    kill_a_save(root, 20)
+    entries = run_json("ls", root)["entries"]
+    assert [(e["name"], e["state"]) for e in entries] == [("000000010", "committed"),
+                                                          ("000000020", "unfinished")]
+    assert entries[0]["files"] == len(gcs.names("runs/7/000000010/"))
+    info = run_json("info", f"{root}/000000010")
+    assert info["step"] == 10 and info["metrics"] == {"acc": 0.5}
+    run("verify", f"{root}/000000010")
+    assert "removed 1 leftover" in run("gc", root).stdout
+    assert gcs.names("runs/7/000000020/") == []
+    run("rm", f"{root}/000000010")
+    assert gcs.names("runs/7/") == []
+
+
+def test_cp_between_file_gs_and_s3_is_bit_exact(gcs, s3, tmp_path):
+    tree = {"w": np.arange(64 * 128, dtype=np.float32).reshape(64, 128),
+            "k": np.arange(1000, dtype=np.int8)}
+    local = tmp_path / "ckpt"
+    sk.save(str(local), tree, step=5, options=sk.Options(chunk_bytes=4096, compression="zstd"))
+    on_gs, on_s3, back = gcs.url("copies/5"), s3.url("copies/5"), tmp_path / "back"
+    run("cp", local, on_gs)
+    run("cp", on_gs, on_s3)
+    run("cp", on_s3, back)
+    assert files_under(back) == files_under(local)
+    assert "identical" in run("diff", on_gs, str(local)).stdout.lower()
+    loaded = sk.load(str(back))
+    np.testing.assert_array_equal(loaded["w"], tree["w"])
 
 
 def test_per_call_settings_reach_the_emulator_without_the_environment(gcs, gcs_server,

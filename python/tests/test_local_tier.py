@@ -204,6 +204,28 @@ def test_restore_falls_back_to_persistent_and_to_nothing(tmp_path):
     assert step == 4 and _equal(value, _state(4, mesh))
 
 
+def test_a_gs_persistent_root_behind_a_local_tier(tmp_path, gcs):
+    mesh = _mesh()
+
+    def manager():
+        return sk.CheckpointManager(gcs.url("persistent"), save_interval_steps=4, keep_last=1,
+                                    local_root=str(tmp_path / "local{process}"),
+                                    local_save_interval_steps=1, local_keep_last=2)
+
+    with manager() as mgr:
+        for step in range(1, 7):
+            mgr.save(step, _state(step, mesh))
+        mgr.wait()
+        assert mgr.all_steps() == [4] and mgr.local_steps() == {0: [5, 6]}
+    with manager() as mgr:
+        step, value = mgr.restore(_state(0, mesh))
+    assert step == 6 and _equal(value, _state(6, mesh))
+    shutil.rmtree(tmp_path / "local0")  # a replaced host
+    with manager() as mgr:
+        step, value = mgr.restore(_state(0, mesh))
+    assert step == 4 and _equal(value, _state(4, mesh))
+
+
 def test_persistent_step_wins_over_an_older_local_one(tmp_path):
     mesh = _mesh()
     with _manager(tmp_path, local_save_interval_steps=3) as mgr:

@@ -148,6 +148,18 @@ def main() -> None:
     shardkeep("verify", url)
     step(f"S3 save_async, load onto another mesh and `shardkeep verify` ({url}): same bits")
 
+    gs_url = url.replace("s3://", "gs://", 1)
+    manager = sk.CheckpointManager(gs_url.rsplit("/", 1)[0] + "/run", keep_last=1)
+    manager.save(1, state)
+    manager.save(2, state)
+    manager.wait()
+    assert manager.all_steps() == [2], manager.all_steps()
+    check_loaded(manager.load(2, target_state(load_mesh)), load_mesh)
+    manager.close()
+    shardkeep("ls", gs_url.rsplit("/", 1)[0] + "/run")
+    step(f"GCS manager on the emulator, load onto another mesh and `shardkeep ls` ({gs_url}): "
+         "same bits")
+
     check_cli(ckpt, work)
     step("shardkeep info, verify (a damaged copy fails), export and convert")
     shutil.rmtree(work)
