@@ -21,12 +21,14 @@ TOOL is a tool configuration from tools.py or "floor"; OP is one of
   read_cold, read_warm (W7) floor: one sequential read of each safetensors file
   load_cold, load_warm, reshard_cold, reshard_warm (W7): the safetensors model
                 onto FSDP / the (2, 4) mesh (model_loaders.py), every leaf checked
-  upload        floor (W5): the state's bytes put to the S3 server by boto3 (s3_floor.py)
-  download      floor (W5): the same objects got back into memory
+  upload        floor (W5): the state's bytes put to the S3 server by boto3 (s3_floor.py);
+                (W10) put to the GCS emulator by google-cloud-storage (gcs_floor.py)
+  download      floor (W5, W10): the same objects got back into memory
 
 Loads read the checkpoint that the same tool's "save" left at
 ROOT/TOOL/WORKLOAD/ckpt. For W5, ROOT is an s3://bucket URL and the server
-is given by the AWS environment variables; a W5 "load" reads the objects
+is given by the AWS environment variables; for W10 a gs://bucket URL and
+the emulator's variables (gcs_server.py); their "load" reads the objects
 as the server holds them (no client-side cache to make cold or warm). Peak RSS is the kernel's VmHWM, reset just before
 the timed operation (/proc/self/clear_refs), so it covers that operation
 and whatever the process already held (the state, for saves).
@@ -48,7 +50,7 @@ if "--num-processes" not in sys.argv:
                                " --xla_force_host_platform_device_count=8").strip()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import s3_objects  # noqa: E402
+import object_stores  # noqa: E402
 from page_cache import evict, files_under, warm  # noqa: E402
 import workloads  # noqa: E402
 
@@ -73,20 +75,20 @@ def reset_peak_rss() -> bool:
 
 
 def remove(path: str) -> None:
-    if s3_objects.is_s3(path):
-        s3_objects.delete_prefix(path)
+    if object_stores.is_remote(path):
+        object_stores.delete_prefix(path)
     else:
         shutil.rmtree(path, ignore_errors=True)
 
 
 def stored_bytes(path: str) -> int:
-    if s3_objects.is_s3(path):
-        return s3_objects.prefix_bytes(path)
+    if object_stores.is_remote(path):
+        return object_stores.prefix_bytes(path)
     return sum(os.path.getsize(f) for f in files_under(path))
 
 
 def exists(path: str) -> bool:
-    return s3_objects.exists(path) if s3_objects.is_s3(path) else os.path.exists(path)
+    return object_stores.exists(path) if object_stores.is_remote(path) else os.path.exists(path)
 
 
 def get_leaf(tree, path):
@@ -127,8 +129,8 @@ def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) 
         return stall_floors.run(op, scale, reset_peak_rss)
     size = workloads.state_bytes(workload, scale)
     if op in ("upload", "download"):
-        import s3_floor
-        run = s3_floor.upload if op == "upload" else s3_floor.download
+        floor = __import__("gcs_floor" if workload == "W10" else "s3_floor")
+        run = floor.upload if op == "upload" else floor.download
         return {"bytes": size} | run(root, workload, scale, reset_peak_rss)
     path = os.path.join(root, "floor", workload, "data.bin")
     if workload == "W7":  # the model's own files, as written for the loaders
@@ -254,7 +256,7 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
         return run_model_load(tool_name, op, scale, root, drop_caches)
     import tools
     tool = tools.make(tool_name)
-    join = s3_objects.join if s3_objects.is_s3(root) else os.path.join
+    join = object_stores.join if object_stores.is_remote(root) else os.path.join
     base = join(root, tool_name, workload)
     ckpt = join(base, "ckpt")
     result: dict = {"version": tool.version()}
@@ -278,7 +280,7 @@ def run_tool(tool_name: str, op: str, workload: str, scale: str, root: str,
             tools.block_until_ready(state)
         path = ckpt if op == "save" else join(base, "async")
         remove(path)
-        if not s3_objects.is_s3(base):
+        if not object_stores.is_remote(base):
             os.makedirs(base, exist_ok=True)
         start = begin_timing(tool, op, result, "save")
         if op == "save":
@@ -429,11 +431,12 @@ class NotApplicable(Exception):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool")
-    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6", "W7"])
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W10"])
     parser.add_argument("op")
     parser.add_argument("--scale", default="small", choices=sorted(workloads.LLAMA_SCALES))
     parser.add_argument("--root", required=True,
-                        help="folder for checkpoints and floor files (s3://bucket for W5)")
+                        help="folder for checkpoints and floor files (s3://bucket for W5, "
+                        "gs://bucket for W10)")
     parser.add_argument("--out", required=True, help="JSON file to write ('-' for stdout)")
     parser.add_argument("--drop-caches", action="store_true",
                         help="cold ops drop the whole page cache (root only)")
@@ -444,7 +447,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.num_processes > 1:
         join_job(args.tool, args.coordinator, args.num_processes, args.process_id)
-    if not s3_objects.is_s3(args.root):
+    if not object_stores.is_remote(args.root):
         args.root = os.path.abspath(args.root)
 
     baseline_kib = status_kib("VmRSS")

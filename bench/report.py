@@ -10,6 +10,7 @@ import re
 import sys
 
 import report_compression
+import report_w10
 import report_w5
 import report_w6
 import report_w7
@@ -173,6 +174,7 @@ def verdicts(results) -> list[dict]:
                           multi - single < 0.05))
     v = [x for x in v if _ran(results, x["target"])]
     v += report_w5.verdicts(results)
+    v += report_w10.verdicts(results)
     v += report_w6.verdicts(results)
     v += report_w7.verdicts(results)
     v += report_compression.verdicts(results)
@@ -304,6 +306,7 @@ def render(results) -> str:
         f"of 1–64 KiB ({cfg['state_bytes']['W2'] / MIB:.1f} MiB); W3 = W1 on tmpfs; "
         "W4 = W1 as a 2-process × 4-device job"
         + ("; W5 = W1 on an S3 server" if "W5" in cfg["workloads"] else "")
+        + ("; W10 = W1 on GCS (an emulator)" if "W10" in cfg["workloads"] else "")
         + ("; W6 = W1's and W2's states in a training loop" if "W6" in cfg["workloads"]
            else "")
         + ("; W7 = a bfloat16 model in safetensors files" if "W7" in cfg["workloads"]
@@ -328,6 +331,7 @@ def render(results) -> str:
         if table:
             out += ["", f"## {titles[workload]}", ""] + table
     out += report_w5.section(results)
+    out += report_w10.section(results)
     out += report_w6.section(results)
     out += report_w7.section(results)
     out += report_compression.section(results)

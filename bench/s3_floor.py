@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+import object_stores
 import s3_objects
 import workloads
 
@@ -98,7 +99,7 @@ class BufferFile:
 
 
 def _keys(root: str, workload: str) -> tuple[str, list[str]]:
-    bucket, prefix = s3_objects.split(s3_objects.join(root, "floor", workload))
+    bucket, prefix = s3_objects.split(object_stores.join(root, "floor", workload))
     return bucket, [f"{prefix}/group-{d}.bin" for d in range(DEVICES)]
 
 

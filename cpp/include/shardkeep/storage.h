@@ -31,6 +31,11 @@ struct StorageFeatures {
   // the network answers each request after a round trip, so it keeps more
   // requests in flight than there are cores.
   int parallel_reads = 0;
+  // The same for a save's writer threads (each writes its own data files)
+  // when Options::io_threads is 0; 0 means one per core. A store whose
+  // uploads wait on the network mostly (GCS) gains from more files in
+  // flight than there are cores.
+  int parallel_writes = 0;
   // A read shorter than this costs about as much as one this long (each
   // request pays a round trip), so the reader merges neighbouring chunks up
   // to this size even where each could be read straight into place: a copy

@@ -294,8 +294,10 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
   // Each thread takes the next unclaimed chunk and appends it to its own
   // file, so large shards are spread over all threads, the load balances
   // itself, and no two threads share a file.
-  const int threads = std::max(
-      1, std::min<int>(options.ResolvedIoThreads(), static_cast<int>(tasks.size())));
+  const int wanted = options.io_threads > 0
+                         ? options.io_threads
+                         : std::max(options.ResolvedIoThreads(), storage.features().parallel_writes);
+  const int threads = std::max(1, std::min<int>(wanted, static_cast<int>(tasks.size())));
   uint32_t first_file = 0;
   for (const format::ChunkRecord& record : linked) {
     first_file = std::max(first_file, record.data_file + 1);

@@ -44,7 +44,9 @@ struct GcsRequest {
   std::string object;     // for messages; empty for bucket-level requests
   std::string url;        // complete, percent-encoded
   http::HeaderList headers;
+  std::string body_head;  // see HttpRequest::body
   std::string_view body;  // not owned
+  std::string body_tail;
   char* dst = nullptr;    // see HttpRequest::dst
   size_t dst_capacity = 0;
   // Non-2xx statuses the caller handles itself (404 of a lookup, 412 of a

@@ -100,6 +100,9 @@ class GcsStorage final : public Storage {
     // Each ranged GET costs a round trip, mostly waiting: many in flight
     // hide it.
     features.parallel_reads = 32;
+    // Uploads too: more files in flight than cores (each upload mostly
+    // waits on the network), each file's parts 2 at a time.
+    features.parallel_writes = 8;
     features.min_efficient_read_bytes = 8ull << 20;
     features.remote = true;
     return features;

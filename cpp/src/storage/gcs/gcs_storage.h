@@ -31,7 +31,10 @@
 namespace shardkeep::gcs {
 
 struct GcsStorageOptions {
-  PartWriterOptions parts{size_t{16} << 20, 8};
+  // Parts of 32 MiB, 2 in flight per file: a save writes 8 files at once
+  // (StorageFeatures::parallel_writes), so 16 uploads are in flight, and a
+  // file of up to 32 MiB goes up in one request, without compose.
+  PartWriterOptions parts{size_t{32} << 20, 2};
 };
 
 std::shared_ptr<Storage> NewGcsStorage(std::shared_ptr<const GcsClient> client,

@@ -67,9 +67,21 @@ size_t OnBody(char* data, size_t one, size_t n, void* user) {
 
 size_t OnSend(char* buffer, size_t one, size_t n, void* user) {
   auto* exchange = static_cast<Exchange*>(user);
-  const std::string_view body = exchange->request->body;
-  const size_t size = std::min(one * n, body.size() - exchange->body_sent);
-  std::memcpy(buffer, body.data() + exchange->body_sent, size);
+  const HttpRequest& request = *exchange->request;
+  const std::string_view pieces[] = {request.body_head, request.body, request.body_tail};
+  size_t skip = exchange->body_sent;  // bytes of the pieces already sent
+  size_t size = 0;
+  for (const std::string_view piece : pieces) {
+    if (skip >= piece.size()) {
+      skip -= piece.size();
+      continue;
+    }
+    const size_t take = std::min(one * n - size, piece.size() - skip);
+    std::memcpy(buffer + size, piece.data() + skip, take);
+    size += take;
+    skip = 0;
+    if (size == one * n) break;
+  }
   exchange->body_sent += size;
   return size;
 }
@@ -199,7 +211,8 @@ class CurlTransport final : public HttpTransport {
     // callbacks and system calls.
     curl_easy_setopt(handle, CURLOPT_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(handle, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
-    const auto body_size = static_cast<curl_off_t>(request.body.size());
+    const auto body_size = static_cast<curl_off_t>(
+      request.body_head.size() + request.body.size() + request.body_tail.size());
     if (request.method == "GET") {
       curl_easy_setopt(handle, CURLOPT_HTTPGET, 1L);
     } else if (request.method == "HEAD") {

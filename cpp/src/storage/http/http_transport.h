@@ -40,8 +40,12 @@ struct HttpRequest {
   std::string url;     // fully percent-encoded, query included
   HeaderList headers;  // sent as given (the signer's among them)
   // The body of PUT and POST, read straight from the caller's memory; it
-  // must stay valid until Perform returns.
+  // must stay valid until Perform returns. It is sent between body_head
+  // and body_tail, so that a multipart request wraps the caller's bytes
+  // without copying them.
+  std::string body_head;
   std::string_view body;
+  std::string body_tail;
   // When set, the body of a 2xx answer is written here (at most
   // dst_capacity bytes) instead of into HttpResponse::body, so that a
   // ranged GET lands in the caller's buffer without a copy.
