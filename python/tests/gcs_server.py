@@ -42,14 +42,18 @@ class GcsBucket:
 
     def names(self, prefix: str = "") -> list[str]:
         """Every object name under ``prefix``, sorted."""
-        names, token = [], ""
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """{name: size} of every object under ``prefix``."""
+        sizes, token = {}, ""
         while True:
             query = urllib.parse.urlencode({"prefix": prefix, "pageToken": token})
             page = self.emulator.request("GET", f"/storage/v1/b/{self.name}/o?{query}")
-            names += [item["name"] for item in page.get("items", [])]
+            sizes.update({item["name"]: int(item["size"]) for item in page.get("items", [])})
             token = page.get("nextPageToken", "")
             if not token:
-                return sorted(names)
+                return sizes
 
     def delete(self, name: str) -> None:
         quoted = urllib.parse.quote(name, safe="")

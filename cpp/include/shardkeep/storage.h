@@ -36,6 +36,11 @@ struct StorageFeatures {
   // uploads wait on the network mostly (GCS) gains from more files in
   // flight than there are cores.
   int parallel_writes = 0;
+  // A writer starts a new data file once its current one would pass this
+  // (or Options::data_file_bytes, the smaller); 0: the options decide. A
+  // store where a file larger than one upload request costs more (GCS
+  // joins the parts of one by compose) keeps files to one request each.
+  uint64_t data_file_bytes = 0;
   // A read shorter than this costs about as much as one this long (each
   // request pays a round trip), so the reader merges neighbouring chunks up
   // to this size even where each could be read straight into place: a copy

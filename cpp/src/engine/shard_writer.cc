@@ -229,8 +229,10 @@ class ThreadWriter {
   }
 
   Status EnsureFile(uint64_t next_bytes) {
-    if (file_ && file_bytes_ > 0 &&
-        file_bytes_ + next_bytes > options_.data_file_bytes) {
+    const uint64_t store_limit = storage_.features().data_file_bytes;
+    const uint64_t limit = store_limit > 0 ? std::min(store_limit, options_.data_file_bytes)
+                                           : options_.data_file_bytes;
+    if (file_ && file_bytes_ > 0 && file_bytes_ + next_bytes > limit) {
       // A full file is synced at once rather than with the last ones, so
       // that a save of many files never holds them all open.
       SK_RETURN_IF_ERROR(file_->Sync());

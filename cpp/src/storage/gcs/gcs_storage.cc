@@ -103,6 +103,7 @@ class GcsStorage final : public Storage {
     // Uploads too: more files in flight than cores (each upload mostly
     // waits on the network), each file's parts 2 at a time.
     features.parallel_writes = 8;
+    features.data_file_bytes = kGcsDataFileBytes;
     features.min_efficient_read_bytes = 8ull << 20;
     features.remote = true;
     return features;

@@ -30,11 +30,16 @@
 
 namespace shardkeep::gcs {
 
+// A save writes 8 data files at once (StorageFeatures::parallel_writes),
+// each rolled over past 32 MiB (StorageFeatures::data_file_bytes), so
+// that each goes up in one request: parts of 80 MiB are larger than any
+// file the writer makes from chunks of up to 64 MiB (Options::chunk_bytes'
+// default). Only a file written otherwise (larger chunks, WriteAll of a
+// large object) is uploaded in parts and composed.
+inline constexpr uint64_t kGcsDataFileBytes = uint64_t{32} << 20;
+
 struct GcsStorageOptions {
-  // Parts of 32 MiB, 2 in flight per file: a save writes 8 files at once
-  // (StorageFeatures::parallel_writes), so 16 uploads are in flight, and a
-  // file of up to 32 MiB goes up in one request, without compose.
-  PartWriterOptions parts{size_t{32} << 20, 2};
+  PartWriterOptions parts{size_t{80} << 20, 2};
 };
 
 std::shared_ptr<Storage> NewGcsStorage(std::shared_ptr<const GcsClient> client,
