@@ -1,5 +1,6 @@
-"""The GCS emulator of W10 (fake-gcs-server, objects on the disk under the
-run's root), started once per run by
+"""The GCS emulator of W10 (fake-gcs-server, objects in memory; its
+filesystem backend lost the bucket and uploads under DCP's saves), started
+once per run by
 scripts/gcs_emulator.py's launcher. Tools reach it through the variables of
 ``env(endpoint)``: STORAGE_EMULATOR_HOST for shardkeep, google-cloud-storage
 and gcsfs (DCP), TENSORSTORE_GCS_HTTP_URL and a test token for
@@ -20,10 +21,7 @@ from gcs_emulator import GcsEmulator  # noqa: E402
 def start(folder: str, bucket: str) -> GcsEmulator:
     """A running emulator with ``bucket`` made; the caller stops it."""
     os.makedirs(folder, exist_ok=True)
-    # Objects on disk: in memory, a full-scale run's objects and the copies
-    # the emulator makes of them outgrew the machine (killed at 18 GiB).
-    emulator = GcsEmulator(pathlib.Path(folder) / "fake-gcs-server.log",
-                           pathlib.Path(folder) / "data")
+    emulator = GcsEmulator(pathlib.Path(folder) / "fake-gcs-server.log")
     emulator.start()
     try:
         emulator.create_bucket(bucket)

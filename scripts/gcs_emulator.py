@@ -47,13 +47,8 @@ def _die_with_parent() -> None:
 
 
 class GcsEmulator:
-    """Objects in memory, or under ``data_dir`` when given (fake-gcs-server's
-    filesystem backend: a state of several GiB would not fit in memory
-    beside the tools that save it)."""
-
-    def __init__(self, log: pathlib.Path, data_dir: pathlib.Path | None = None):
+    def __init__(self, log: pathlib.Path):
         self.log = log
-        self.data_dir = data_dir
         self.port = 0
         self.process: subprocess.Popen | None = None
 
@@ -71,7 +66,7 @@ class GcsEmulator:
             self.port = _free_port()
             with open(self.log, "ab") as out:
                 self.process = subprocess.Popen(
-                    [binary, "-scheme", "http", *self._backend(), "-host", "127.0.0.1",
+                    [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
                      "-port", str(self.port), "-external-url", self.endpoint,
                      "-log-level", "warn"],
                     stdout=out, stderr=out, preexec_fn=_die_with_parent)
@@ -84,11 +79,6 @@ class GcsEmulator:
                     time.sleep(0.05)
             self.stop()
         raise RuntimeError(f"fake-gcs-server did not start; see {self.log}")
-
-    def _backend(self) -> list[str]:
-        if self.data_dir is None:
-            return ["-backend", "memory"]
-        return ["-backend", "filesystem", "-filesystem-root", str(self.data_dir)]
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
