@@ -14,7 +14,7 @@ from conftest import assert_same_bits
 from local_coordination import LocalCoordination
 from s3_fault_proxy import Fault, FaultProxy
 
-# More than one 32 MiB data file's worth: a writer rolls over to a second.
+# More than two 16 MiB data files' worth: a writer rolls over to others.
 BIG = 40 << 20
 
 

@@ -164,14 +164,14 @@ def test_bad_gs_urls_are_refused_with_the_rule():
 
 
 def test_data_files_stay_one_upload_each(gcs):
-    """On GCS a writer rolls over to a new data file past 32 MiB, so that each
+    """On GCS a writer rolls over to a new data file past 16 MiB, so that each
     file goes up in one request and none is composed from parts."""
     state = {f"w{i}": np.full(3 << 20, i, np.float32) for i in range(8)}  # 8 × 12 MiB
     sk.save(gcs.url("files/1"), state, options=sk.Options(io_threads=1))
     sizes = gcs.sizes("files/1/")
     data = {name: size for name, size in sizes.items() if "/data/" in name}
-    assert len(data) >= 3, sizes
-    assert max(data.values()) <= 32 << 20, data
+    assert len(data) >= 6, sizes
+    assert max(data.values()) <= 16 << 20, data
     assert not [name for name in sizes if ".part-" in name]
     loaded = sk.load(gcs.url("files/1"))
     for i in range(8):

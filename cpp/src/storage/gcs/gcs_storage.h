@@ -31,12 +31,12 @@
 namespace shardkeep::gcs {
 
 // A save writes 8 data files at once (StorageFeatures::parallel_writes),
-// each rolled over past 32 MiB (StorageFeatures::data_file_bytes), so
+// each rolled over past 16 MiB (StorageFeatures::data_file_bytes), so
 // that each goes up in one request: parts of 80 MiB are larger than any
 // file the writer makes from chunks of up to 64 MiB (Options::chunk_bytes'
 // default). Only a file written otherwise (larger chunks, WriteAll of a
 // large object) is uploaded in parts and composed.
-inline constexpr uint64_t kGcsDataFileBytes = uint64_t{32} << 20;
+inline constexpr uint64_t kGcsDataFileBytes = uint64_t{16} << 20;
 
 struct GcsStorageOptions {
   PartWriterOptions parts{size_t{80} << 20, 2};
