@@ -20,6 +20,7 @@ import pathlib
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -111,9 +112,15 @@ def main() -> None:
     emulator = GcsEmulator(pathlib.Path(args.log))
     emulator.start()
     emulator.create_bucket(args.bucket)
-    pathlib.Path(args.ready_file).write_text(emulator.endpoint)
-    signal.signal(signal.SIGTERM, lambda *_: (emulator.stop(), os._exit(0)))
-    emulator.process.wait()
+    # SIGTERM ends the wait below by an exception, and the emulator is
+    # stopped after it: stopping it inside the handler would wait on the
+    # process while the interrupted wait holds its lock (a deadlock).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        pathlib.Path(args.ready_file).write_text(emulator.endpoint)
+        emulator.process.wait()
+    finally:
+        emulator.stop()
 
 
 if __name__ == "__main__":
