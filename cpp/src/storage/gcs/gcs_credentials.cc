@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/json_parse.h"
+#include "storage/gcs/gcs_errors.h"
 #include "storage/gcs/jwt.h"
 #include "storage/http/backoff.h"
 
@@ -110,18 +111,7 @@ struct TokenSource {
 };
 
 bool IsTransient(const http::HttpResponse& response) {
-  switch (response.transport) {
-    case http::Transport::kConnectFailed:
-    case http::Transport::kConnectionReset:
-    case http::Transport::kTimedOut:
-      return true;
-    case http::Transport::kResolveFailed:
-    case http::Transport::kTlsFailed:
-      return false;
-    case http::Transport::kAnswered:
-      break;
-  }
-  return response.status == 408 || response.status == 429 || response.status >= 500;
+  return IsRetryable(response.transport, response.status);
 }
 
 bool IsMetadataServer(const http::HttpResponse& response) {

@@ -59,20 +59,15 @@ std::optional<GcsErrorBody> DecodeGcsError(const std::string& body) {
   return out;
 }
 
-bool IsRetryable(const GcsFailure& failure) {
-  switch (failure.transport) {
-    case http::Transport::kConnectFailed:
-    case http::Transport::kConnectionReset:
-    case http::Transport::kTimedOut:
-      return true;
-    case http::Transport::kResolveFailed:
-    case http::Transport::kTlsFailed:
-      return false;
-    case http::Transport::kAnswered:
-      break;
+bool IsRetryable(http::Transport transport, int http_status) {
+  if (const std::optional<bool> transient = http::TransientTransport(transport)) {
+    return *transient;
   }
-  const int status = failure.http_status;
-  return status == 408 || status == 429 || (status >= 500 && status != 501);
+  return http_status == 408 || http_status == 429 || (http_status >= 500 && http_status != 501);
+}
+
+bool IsRetryable(const GcsFailure& failure) {
+  return IsRetryable(failure.transport, failure.http_status);
 }
 
 Status ToStatus(const GcsFailure& failure) {

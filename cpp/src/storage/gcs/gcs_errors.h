@@ -32,6 +32,9 @@ struct GcsFailure {
 };
 
 bool IsRetryable(const GcsFailure& failure);
+// The same rule for any request to Google (token endpoints, the metadata
+// server): 408, 429, 5xx but 501, and lost connections.
+bool IsRetryable(http::Transport transport, int http_status);
 
 // NotFound for 404 on an object, InvalidArgument for a bucket that does not
 // exist, AlreadyExists for 412, InvalidArgument naming the principal for

@@ -14,6 +14,21 @@ const char* TransportName(Transport transport) {
   return "unknown transport failure";
 }
 
+std::optional<bool> TransientTransport(Transport transport) {
+  switch (transport) {
+    case Transport::kConnectFailed:
+    case Transport::kConnectionReset:
+    case Transport::kTimedOut:
+      return true;
+    case Transport::kResolveFailed:
+    case Transport::kTlsFailed:
+      return false;
+    case Transport::kAnswered:
+      break;
+  }
+  return std::nullopt;
+}
+
 std::string Printable(std::string_view text) {
   constexpr size_t kMax = 256;
   std::string out(text.substr(0, kMax));

@@ -30,6 +30,13 @@ enum class Transport {
 // "connection reset", for messages.
 const char* TransportName(Transport transport);
 
+// Whether a request that ended this way may succeed if sent again; nullopt
+// when the server answered, and its answer decides. Refused, reset and
+// timed-out connections may (a server restarting, a network hiccup); a host
+// name that does not resolve or a failed TLS handshake, which waiting does
+// not fix, may not.
+std::optional<bool> TransientTransport(Transport transport);
+
 // Text from a server (an error's message, a request id) as it may appear in
 // messages and logs: at most 256 characters, on one line.
 std::string Printable(std::string_view text);

@@ -51,16 +51,8 @@ std::string KeyIdHint(const S3Failure& failure) {
 }  // namespace
 
 bool IsRetryable(const S3Failure& failure) {
-  switch (failure.transport) {
-    case http::Transport::kConnectFailed:
-    case http::Transport::kConnectionReset:
-    case http::Transport::kTimedOut:
-      return true;
-    case http::Transport::kResolveFailed:
-    case http::Transport::kTlsFailed:
-      return false;
-    case http::Transport::kAnswered:
-      break;
+  if (const std::optional<bool> transient = http::TransientTransport(failure.transport)) {
+    return *transient;
   }
   // Codes first: CompleteMultipartUpload reports InternalError under 200.
   // A body that does not match its Content-MD5 (BadDigest) or its signed
