@@ -45,7 +45,7 @@ class ThreadWriter {
                const Options& options, std::atomic<uint32_t>& next_file,
                ByteLimiter& limiter)
       : storage_(storage), dir_(dir), process_(process), options_(options),
-        next_file_(next_file), limiter_(limiter) {}
+        file_limit_(FileLimit(storage, options)), next_file_(next_file), limiter_(limiter) {}
   ~ThreadWriter() { FreeScratch(); }
 
   Status Write(const ChunkTask& task, std::vector<format::ChunkRecord>& out) {
@@ -224,15 +224,20 @@ class ThreadWriter {
     held_context_ = 0;
   }
 
+  // A new data file starts past this: the options' limit, or the store's
+  // where it is smaller (StorageFeatures::data_file_bytes).
+  static uint64_t FileLimit(Storage& storage, const Options& options) {
+    const uint64_t store_limit = storage.features().data_file_bytes;
+    return store_limit > 0 ? std::min(store_limit, options.data_file_bytes)
+                           : options.data_file_bytes;
+  }
+
   std::string FilePath() const {
     return dir_ + "/" + format::DataFileName(process_, file_number_);
   }
 
   Status EnsureFile(uint64_t next_bytes) {
-    const uint64_t store_limit = storage_.features().data_file_bytes;
-    const uint64_t limit = store_limit > 0 ? std::min(store_limit, options_.data_file_bytes)
-                                           : options_.data_file_bytes;
-    if (file_ && file_bytes_ > 0 && file_bytes_ + next_bytes > limit) {
+    if (file_ && file_bytes_ > 0 && file_bytes_ + next_bytes > file_limit_) {
       // A full file is synced at once rather than with the last ones, so
       // that a save of many files never holds them all open.
       SK_RETURN_IF_ERROR(file_->Sync());
@@ -251,6 +256,7 @@ class ThreadWriter {
   const std::string& dir_;
   const int process_;
   const Options& options_;
+  const uint64_t file_limit_;  // FileLimit
   std::atomic<uint32_t>& next_file_;
   std::unique_ptr<WritableFile> file_;
   uint32_t file_number_ = 0;

@@ -30,4 +30,21 @@ std::string DirectoryPrefix(const std::string& path) {
   return key.empty() ? key : key + "/";
 }
 
+std::vector<std::string> ChildNames(const std::string& prefix,
+                                    const std::vector<std::string>& keys,
+                                    const std::vector<std::string>& common_prefixes) {
+  std::vector<std::string> names;
+  for (const std::string& key : keys) {
+    if (key.size() > prefix.size()) names.push_back(key.substr(prefix.size()));
+  }
+  for (const std::string& common : common_prefixes) {
+    std::string name = common.substr(std::min(prefix.size(), common.size()));
+    while (!name.empty() && name.back() == '/') name.pop_back();
+    if (!name.empty()) names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
 }  // namespace shardkeep

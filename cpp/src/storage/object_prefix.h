@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shardkeep {
 
@@ -21,5 +22,12 @@ ObjectPrefix CheckObjectPrefix(std::string_view prefix);
 std::string ObjectKeyOf(const std::string& path);
 // The prefix that holds a directory's keys: "dir/", or "" for the bucket.
 std::string DirectoryPrefix(const std::string& path);
+
+// The sorted, distinct names of a directory's children, from a listing of
+// `prefix` with delimiter '/': the keys of its objects and the common
+// prefixes of its subdirectories, each less `prefix` (and their '/').
+std::vector<std::string> ChildNames(const std::string& prefix,
+                                    const std::vector<std::string>& keys,
+                                    const std::vector<std::string>& common_prefixes);
 
 }  // namespace shardkeep

@@ -11,11 +11,7 @@ std::string Describe(const GcsFailure& failure) {
   std::string out = failure.operation + " gs://" + failure.bucket;
   if (!failure.object.empty()) out += "/" + failure.object;
   if (failure.transport != http::Transport::kAnswered) {
-    out += std::string(": ") + http::TransportName(failure.transport);
-    if (!failure.transport_detail.empty()) {
-      out.append(": ").append(http::Printable(failure.transport_detail));
-    }
-    return out;
+    return out + ": " + http::TransportFailureText(failure.transport, failure.transport_detail);
   }
   out += ": HTTP " + std::to_string(failure.http_status);
   if (failure.error) {

@@ -29,6 +29,27 @@ std::optional<bool> TransientTransport(Transport transport) {
   return std::nullopt;
 }
 
+std::string TransportFailureText(Transport transport, const std::string& detail) {
+  std::string out = TransportName(transport);
+  if (!detail.empty()) out.append(": ").append(Printable(detail));
+  return out;
+}
+
+Status CheckRangedRead(const HttpResponse& response, const std::string& url,
+                       uint64_t offset, uint64_t size) {
+  const bool whole_object = response.status == 200 && offset == 0;
+  if (response.status != 416 && (response.status == 206 || whole_object) &&
+      response.dst_bytes == size) {
+    return Status::Ok();
+  }
+  return CorruptionError(url + ": reading " + std::to_string(size) + " bytes at offset " +
+                         std::to_string(offset) + " got " +
+                         (response.status == 416
+                              ? std::string("none (it ends before)")
+                              : std::to_string(response.dst_bytes) + " (HTTP " +
+                                    std::to_string(response.status) + ")"));
+}
+
 std::string Printable(std::string_view text) {
   constexpr size_t kMax = 256;
   std::string out(text.substr(0, kMax));

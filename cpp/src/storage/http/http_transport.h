@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardkeep/status.h"
+
 namespace shardkeep::http {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -36,6 +38,10 @@ const char* TransportName(Transport transport);
 // name that does not resolve or a failed TLS handshake, which waiting does
 // not fix, may not.
 std::optional<bool> TransientTransport(Transport transport);
+
+// "connection reset: <the transport's own words>", for messages of a request
+// that got no answer.
+std::string TransportFailureText(Transport transport, const std::string& detail);
 
 // Text from a server (an error's message, a request id) as it may appear in
 // messages and logs: at most 256 characters, on one line.
@@ -92,5 +98,11 @@ class HttpTransport {
 // The value of the answer's header `name` (lower case), if it has one.
 std::optional<std::string> FindHeader(const HttpResponse& response,
                                       std::string_view name);
+
+// Corruption naming `url` unless `response`, to a ranged GET of `size` bytes
+// at `offset` into HttpRequest::dst, is those bytes: a 206, or a 200 of the
+// whole object read from offset 0, that filled exactly `size` bytes.
+Status CheckRangedRead(const HttpResponse& response, const std::string& url,
+                       uint64_t offset, uint64_t size);
 
 }  // namespace shardkeep::http

@@ -21,11 +21,7 @@ std::string Describe(const S3Failure& failure) {
   std::string out = failure.operation + " s3://" + failure.bucket;
   if (!failure.key.empty()) out += "/" + failure.key;
   if (failure.transport != http::Transport::kAnswered) {
-    out += std::string(": ") + http::TransportName(failure.transport);
-    if (!failure.transport_detail.empty()) {
-      out.append(": ").append(http::Printable(failure.transport_detail));
-    }
-    return out;
+    return out + ": " + http::TransportFailureText(failure.transport, failure.transport_detail);
   }
   out += ": HTTP " + std::to_string(failure.http_status);
   if (failure.error) {

@@ -46,21 +46,7 @@ class S3Storage final : public Storage {
     SK_ASSIGN_OR_RETURN(
         S3Answer answer,
         client_->GetRange(key, offset, size, static_cast<char*>(dst)));
-    const http::HttpResponse& response = answer.response;
-    const bool whole_object = response.status == 200 && offset == 0;
-    if (response.status == 416 ||
-        (response.status != 206 && !whole_object) ||
-        response.dst_bytes != size) {
-      return CorruptionError(
-          client_->Url(key) + ": reading " + std::to_string(size) +
-          " bytes at offset " + std::to_string(offset) + " got " +
-          (response.status == 416 ? std::string("none (it ends before)")
-                                  : std::to_string(response.dst_bytes) +
-                                        " (HTTP " +
-                                        std::to_string(response.status) +
-                                        ")"));
-    }
-    return Status::Ok();
+    return http::CheckRangedRead(answer.response, client_->Url(key), offset, size);
   }
 
   Result<std::string> ReadAll(const std::string& path) override {
@@ -151,22 +137,12 @@ class S3Storage final : public Storage {
   Result<std::vector<std::string>> List(const std::string& dir) override {
     const std::string prefix = DirectoryPrefix(dir);
     SK_ASSIGN_OR_RETURN(ListObjectsPage all, client_->ListAll(prefix, "/"));
-    std::vector<std::string> names;
-    for (const ListedObject& object : all.objects) {
-      if (object.key.size() > prefix.size()) {
-        names.push_back(object.key.substr(prefix.size()));
-      }
-    }
-    for (const std::string& common : all.common_prefixes) {
-      std::string name = common.substr(std::min(prefix.size(), common.size()));
-      while (!name.empty() && name.back() == '/') name.pop_back();
-      if (!name.empty()) names.push_back(std::move(name));
-    }
+    std::vector<std::string> keys;
+    for (const ListedObject& object : all.objects) keys.push_back(object.key);
+    std::vector<std::string> names = ChildNames(prefix, keys, all.common_prefixes);
     if (names.empty()) {
       return NotFoundError("nothing is stored under " + client_->Url(prefix));
     }
-    std::sort(names.begin(), names.end());
-    names.erase(std::unique(names.begin(), names.end()), names.end());
     return names;
   }
 
