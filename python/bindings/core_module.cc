@@ -34,9 +34,11 @@
 #include "engine/parallel.h"
 #include "engine/save_queue.h"
 #include "background_copy.h"
+#include "host_staging.h"
 #include "meta_objects.h"
 #include "raise.h"
 #include "record_objects.h"
+#include "shard_objects.h"
 #include "tree_keys.h"
 #include "storage/process_faults.h"
 #include "storage/read_counter.h"
@@ -91,6 +93,8 @@ void ClearPendingInterrupt() {
   pending_interrupt = nullptr;
 }
 
+using binding::LeafBox;
+using binding::PyShard;
 using binding::Raise;
 using binding::ValueOrRaise;
 
@@ -165,26 +169,6 @@ T FieldOrTypeError(nb::handle value, const char* field, const char* expected) {
   }
   return out;
 }
-
-// The box of a leaf in a dtype that a shard or a read request names. The
-// dtype is checked when set; origin and shape when used (setting one, then
-// the other, passes through a mismatch).
-struct LeafBox {
-  uint32_t leaf = 0;
-  DType dtype{};
-  std::vector<uint64_t> origin;
-  std::vector<uint64_t> shape;
-
-  Box ToBox() const { return MakeBox(origin, shape); }
-};
-
-// _core.Shard: a box this process saves, and its bytes: a flat uint8 array,
-// or a callable fill(origin, shape) -> flat uint8 array that the writer
-// threads call chunk by chunk.
-struct PyShard : LeafBox {
-  nb::object data;
-  nb::object compare_with = nb::none();  // a StoredIn or None (ShardData::compare_with)
-};
 
 // _core.ReadRequest: a box to read, cast to `dtype`, into `buffer` (a flat
 // uint8 array; None for locate and ranges, which read nothing).
@@ -1139,6 +1123,8 @@ namespace binding {
   throw nb::python_error();
 }
 
+Box LeafBox::ToBox() const { return MakeBox(origin, shape); }
+
 }  // namespace binding
 }  // namespace shardkeep
 
@@ -1263,6 +1249,7 @@ NB_MODULE(_core, m) {
         self.compare_with = nb::borrow(v);
       });
   shard.def("__repr__", [](const PyShard& self) { return "Shard(" + BoxRepr(self) + ")"; });
+  binding::BindHostStaging(m);
 
   nb::class_<PyReadRequest> read_request(
       m, "ReadRequest",

@@ -34,6 +34,7 @@ import time
 from typing import Any, Iterator
 
 import jax
+import numpy as np
 
 from .. import _core
 from . import tree_codec
@@ -64,7 +65,9 @@ def tree_bytes(tree: Any) -> int:
     bytes and strings; Python scalars and None count nothing."""
     total = 0
     for leaf in _leaves(tree):
-        if hasattr(leaf, "nbytes"):
+        if isinstance(leaf, (jax.Array, np.ndarray)):  # their nbytes is Python work per leaf
+            total += math.prod(leaf.shape) * leaf.dtype.itemsize
+        elif hasattr(leaf, "nbytes"):
             total += int(leaf.nbytes)
         elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             total += math.prod(leaf.shape) * int(getattr(leaf.dtype, "itemsize", 1))

@@ -20,6 +20,7 @@ numpy arrays are never remembered (they can be written in place).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import weakref
@@ -111,7 +112,10 @@ def worth_comparing(value: Any) -> bool:
     """Whether a save with ``Options.compare_with_base`` (or the local
     tier) compares ``value`` with the base: a ``jax.Array`` or numpy array
     of at least ``MIN_BYTES``."""
-    return isinstance(value, (jax.Array, np.ndarray)) and value.nbytes >= MIN_BYTES
+    # From the shape and dtype: jax.Array.nbytes is Python work per call,
+    # and a tree's first save asks this of thousands of leaves.
+    return (isinstance(value, (jax.Array, np.ndarray))
+            and math.prod(value.shape) * value.dtype.itemsize >= MIN_BYTES)
 
 
 def note_saved(arrays: list[tuple[str, jax.Array]], checkpoint: str, checkpointable: str,

@@ -100,44 +100,47 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
                 path = plan.leaf_metas[plan.codec_number[number]].path
                 compared[number] = _core.StoredIn(base.checkpoint, checkpointable, path,
                                                   base.created_ns)
-    sources = [None if s.value_index in stored else s.get(values[s.value_index])
-               for s in plan.sources]
-    if not plan.all_on_host:
-        for s, src in zip(plan.sources, sources):
-            if src is not None and not s.on_host:
-                src.copy_to_host_async()
     shards: list[_core.Shard] = []
+    carved: list[_Leaf] = []  # the leaves whose boxes the core carves out of host views
+    for leaf in plan.leaves:
+        if leaf.value_index in stored:
+            shards += _stored_shards(plan, leaf, stored[leaf.value_index])
+        elif leaf.fills:  # an ArraySource: produced chunk by chunk by the writers
+            source = values[leaf.value_index]
+            path = plan.leaf_metas[leaf.leaf_number].path
+            shards += [_core.Shard(leaf.leaf_number, leaf.dtype_name, list(origin), list(shape),
+                                   functools.partial(_fill_from, path, source))
+                       for _, origin, shape in leaf.stage.boxes]
+        else:
+            carved.append(leaf)
+    views: list[list] = [leaf.stage.views(values[leaf.value_index]) for leaf in carved]
+    if not plan.all_on_host:
+        # Every device-to-host copy is started before any is waited for.
+        for leaf, of_leaf in zip(carved, views):
+            if not leaf.stage.on_host:
+                for device_array in of_leaf:
+                    device_array.copy_to_host_async()
+        views = [of_leaf if leaf.stage.on_host else [np.asarray(a) for a in of_leaf]
+                 for leaf, of_leaf in zip(carved, views)]
+    carved_shards = _core.carve_shards([leaf.layout for leaf in carved], views)
     aliased: list[_core.Shard] = []
-    named: set[int] = set()  # value indices whose whole leaf is named as stored
-    for s, src in zip(plan.sources, sources):
-        if src is None:  # stored in the base as it is
-            origin, shape = s.origin, s.shape
-            if jax.process_count() == 1:
-                # This process writes the whole leaf: one shard names it
-                # (the core links every chunk inside), not one per device.
-                if s.value_index in named:
-                    continue
-                named.add(s.value_index)
-                shape = plan.leaf_metas[s.leaf_number].shape
-                origin = [0] * len(shape)
-            shards.append(_core.Shard(s.leaf_number, s.dtype_name, origin, shape,
-                                      stored[s.value_index]))
-            continue
-        if isinstance(src, ArraySource):  # produced chunk by chunk by the writers
-            path = plan.leaf_metas[s.leaf_number].path
-            shards.append(_core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
-                                      functools.partial(_fill_from, path, src)))
-            continue
-        shard = _core.Shard(s.leaf_number, s.dtype_name, s.origin, s.shape,
-                            leaf_sources.host_bytes(src))
-        if s.value_index in compared:
-            shard.compare_with = compared[s.value_index]
-        shards.append(shard)
-        if s.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
-            aliased.append(shard)
-            if on_aliased is not None:
-                on_aliased(shard)
-        # (On accelerators the host array is a fresh copy nobody else writes.)
+    if compared or not plan.all_on_host or on_aliased is not None:
+        at = 0
+        for leaf in carved:
+            mine = carved_shards[at:at + leaf.layout.box_count]
+            at += len(mine)
+            if leaf.value_index in compared:
+                for shard in mine:
+                    shard.compare_with = compared[leaf.value_index]
+            if leaf.stage.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
+                aliased += mine
+                if on_aliased is not None:
+                    for shard in mine:
+                        on_aliased(shard)
+            # (On accelerators the host array is a fresh copy nobody else writes.)
+    else:
+        aliased = list(carved_shards)
+    shards += carved_shards
     return StagedTree(plan.meta_json_for(values, registered_kind), shards, aliased, arrays)
 
 
@@ -186,17 +189,27 @@ def _is_none(value) -> bool:
     return value is None
 
 
+def _stored_shards(plan: "_Plan", leaf: "_Leaf", place: _core.StoredIn) -> list[_core.Shard]:
+    """The shards naming where ``base`` stores the leaf as it is."""
+    if jax.process_count() == 1:
+        # This process writes the whole leaf: one shard names it (the core
+        # links every chunk inside), not one per device.
+        shape = plan.leaf_metas[leaf.leaf_number].shape
+        return [_core.Shard(leaf.leaf_number, leaf.dtype_name, [0] * len(shape), shape, place)]
+    return [_core.Shard(leaf.leaf_number, leaf.dtype_name, list(origin), list(shape), place)
+            for _, origin, shape in leaf.stage.boxes]
+
+
 @dataclasses.dataclass(frozen=True)
-class _Source:
-    """One box this process writes, and how to find its data in a leaf value."""
+class _Leaf:
+    """A leaf this process writes boxes of, and how they are staged."""
 
     value_index: int       # the leaf's index in the treedef's order
     leaf_number: int       # the leaf's number in meta.json
     dtype_name: str
-    origin: list[int]
-    shape: list[int]
-    get: Callable          # leaf value -> what ``leaf_sources.host_bytes`` takes
-    on_host: bool          # the data is in host memory the caller owns
+    stage: leaf_sources.LeafStage
+    layout: _core.LeafLayout
+    fills: bool            # an ArraySource, read by the writer threads
 
 
 @dataclasses.dataclass
@@ -212,7 +225,7 @@ class _Plan:
     # The jax and numpy arrays a save compares with its base's
     # (``unchanged.worth_comparing``).
     comparable_arrays: list[int]
-    sources: list[_Source]
+    leaves: list[_Leaf]
     structure: dict
     cacheable: bool
     all_on_host: bool
@@ -266,36 +279,37 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
         values = [leaf.value for leaf in leaves]
         codec_number = list(range(len(leaves)))
     metas_by_number: dict[int, _core.LeafInfo] = {}
-    plan_sources: list[_Source] = []
+    plan_leaves: list[_Leaf] = []
     array_leaves: list[int] = []
     remembered_arrays: list[int] = []
     comparable_arrays: list[int] = []
     scalar_values: list[tuple[int, Any]] = []
+    aliased_sizes: list[int] = []
     for index, value in enumerate(values):
         number = codec_number[index]
-        meta, sources = leaf_sources.plan_leaf(tree_codec.Leaf(leaves[number].path, value), replica_parallel)
+        meta, stage = leaf_sources.plan_leaf(tree_codec.Leaf(leaves[number].path, value),
+                                             replica_parallel)
         metas_by_number[number] = meta
-        # A source is read by the writer threads, never staged or copied.
-        on_host = isinstance(value, ArraySource) or not isinstance(value, jax.Array) or \
-            shardings.on_cpu(value.sharding)
-        plan_sources.extend(_Source(index, number, meta.dtype, list(origin), list(shape),
-                                    get, on_host)
-                            for (origin, shape), get in sources)
-        if unchanged.worth_comparing(value):
+        if stage is not None:
+            fills = isinstance(value, ArraySource)
+            plan_leaves.append(_Leaf(index, number, meta.dtype, stage,
+                                     stage.layout(number, meta.dtype), fills))
+            if stage.on_host and not fills:
+                itemsize = dtypes.from_name(meta.dtype).itemsize
+                aliased_sizes += [math.prod(shape) * itemsize for _, _, shape in stage.boxes]
+        comparable = unchanged.worth_comparing(value)
+        if comparable:
             comparable_arrays.append(index)
         if isinstance(value, jax.Array):
             array_leaves.append(index)
-            if unchanged.worth_remembering(value):
+            if comparable:  # unchanged.worth_remembering, asked once
                 remembered_arrays.append(index)
         elif isinstance(value, _VALUE_TYPES):
             scalar_values.append((index, value))
-    aliased_sizes = [math.prod(s.shape) * dtypes.from_name(s.dtype_name).itemsize
-                     for s in plan_sources
-                     if s.on_host and not isinstance(values[s.value_index], ArraySource)]
     leaf_metas = [metas_by_number[number] for number in range(len(leaves))]
     plan = _Plan([_signature(v) for v in values], leaf_metas, codec_number, array_leaves,
-                 remembered_arrays, comparable_arrays, plan_sources, structure, cacheable,
-                 all(s.on_host for s in plan_sources), aliased_sizes, scalar_values)
+                 remembered_arrays, comparable_arrays, plan_leaves, structure, cacheable,
+                 all(leaf.stage.on_host for leaf in plan_leaves), aliased_sizes, scalar_values)
     return plan, values
 
 
