@@ -9,11 +9,20 @@ TOOL is a tool configuration from tools.py or "floor"; OP is one of
   reshard_cold  load onto a (2, 4) mesh, tensor x FSDP sharding, files evicted
   reshard_warm  the same with the files in the page cache
   load          load as is (tmpfs, where the page cache is the storage)
-  write         floor: sequential write of the state's byte count, 64 MiB writes, fsync
-  read_cold     floor: sequential read of that file after eviction, 64 MiB reads
+  write         floor: the state's bytes written by the fastest of several
+                parallel-stream configurations, each file and the folder fsynced
+  read_cold     floor: one sequential read of the file into a reused 64 MiB buffer,
+                evicted from the page cache first
   read_warm     floor: the same read with the file in the page cache
+  read_fresh_cold, read_fresh_warm
+                floor: the file read by parallel threads into fresh memory
+  map_cold, map_warm
+                floor: the file mapped and every page touched once
+  first_touch   floor: fresh memory of the state's size touched once per page,
+                and a copy into it once touched
   memcpy        floor: one numpy copy of a buffer of the state's size
   device_put    floor: one batched jax.device_put of host arrays of the leaves' sizes
+                (floors.py says more of each)
   stall         W6: stall of an async save in a training loop, W1's state (training_loop.py)
   stall_small   W6: the same with W2's 2,000 small leaves
   memcpy_touched floor (W6): copy of W1's state into memory already touched (stall_floors.py)
@@ -53,8 +62,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import object_stores  # noqa: E402
 from page_cache import evict, files_under, warm  # noqa: E402
 import workloads  # noqa: E402
-
-CHUNK = 64 << 20
 
 
 def status_kib(field: str) -> int:
@@ -123,77 +130,18 @@ def verify(tool, workload: str, scale: str, loaded) -> bool:
 
 
 def run_floor(op: str, workload: str, scale: str, root: str, drop_caches: bool) -> dict:
-    import numpy as np
+    """The floors: W6's (stall_floors.py), the object stores' (s3_floor.py,
+    gcs_floor.py), and the rest, disk and memory (floors.py)."""
     if workload == "W6":
         import stall_floors
         return stall_floors.run(op, scale, reset_peak_rss)
-    size = workloads.state_bytes(workload, scale)
     if op in ("upload", "download"):
         floor = __import__("gcs_floor" if workload == "W10" else "s3_floor")
         run = floor.upload if op == "upload" else floor.download
-        return {"bytes": size} | run(root, workload, scale, reset_peak_rss)
-    path = os.path.join(root, "floor", workload, "data.bin")
-    if workload == "W7":  # the model's own files, as written for the loaders
-        import safetensors_files
-        path = safetensors_files.model_dir(root)
-        size = sum(os.path.getsize(name) for name in files_under(path))
-    result: dict = {"bytes": size}
-    if op == "write":
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        block = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8).tobytes()
-        reset_peak_rss()
-        start = time.perf_counter()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        left = size
-        while left:
-            left -= os.write(fd, memoryview(block)[:min(left, CHUNK)])
-        os.fsync(fd)
-        os.close(fd)
-        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        os.fsync(dir_fd)
-        os.close(dir_fd)
-        result["seconds"] = time.perf_counter() - start
-    elif op in ("read_cold", "read_warm", "load"):
-        if op == "read_cold":
-            result["cold"] = evict(path, drop_caches)
-        else:
-            warm(path)
-        buffer = bytearray(CHUNK)
-        reset_peak_rss()
-        start = time.perf_counter()
-        total = 0
-        for name in sorted(files_under(path)):
-            with open(name, "rb", buffering=0) as f:
-                while n := f.readinto(buffer):
-                    total += n
-        result["seconds"] = time.perf_counter() - start
-        assert total == size, (total, size)
-    elif op == "device_put":
-        # What JAX itself costs to make the workload's leaves jax.Arrays from
-        # host arrays (64-byte aligned, so the CPU client adopts them without
-        # a copy), in one batched call: a load can not return sooner.
-        import jax
-        hosts = []
-        for leaf in workloads.leaves(workload, scale):
-            raw = np.empty(leaf.nbytes + 64, np.uint8)
-            start_at = (-raw.ctypes.data) % 64
-            hosts.append(raw[start_at:start_at + leaf.nbytes].view(np.float32))
-        shardings = [workloads.sharding_for(workload, leaf, "fsdp")
-                     for leaf in workloads.leaves(workload, scale)]
-        reset_peak_rss()
-        start = time.perf_counter()
-        jax.block_until_ready(jax.device_put(hosts, shardings))
-        result["seconds"] = time.perf_counter() - start
-    elif op == "memcpy":
-        src = np.ones(size, np.uint8)
-        reset_peak_rss()
-        start = time.perf_counter()
-        dst = src.copy()
-        result["seconds"] = time.perf_counter() - start
-        del dst
-    else:
-        raise ValueError(f"floor has no op {op!r}")
-    return result
+        return {"bytes": workloads.state_bytes(workload, scale)} | run(
+            root, workload, scale, reset_peak_rss)
+    import floors
+    return floors.run(op, workload, scale, root, drop_caches, reset_peak_rss)
 
 
 def run_model_load(tool_name: str, op: str, scale: str, root: str, drop_caches: bool) -> dict:

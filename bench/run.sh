@@ -19,7 +19,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 pip=("$venv/bin/pip" install -q --disable-pip-version-check)
-"${pip[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" numpy ml_dtypes jax
+"${pip[@]}" "scikit-build-core>=0.10" "nanobind>=2.0" numpy ml_dtypes jax matplotlib
 # Own build folder, so the suite never touches build/ of the developers.
 "${pip[@]}" --no-build-isolation -C build-dir=bench/.build/py .
 # Peers are optional: one that does not install is reported as failed.

@@ -68,8 +68,10 @@ TORCH_OPS = {
     "W6": ["stall", "stall_small"],
     "W10": ["save", "load"],
 }
-FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "memcpy"],
-             "W2": ["write", "device_put"], "W3": ["write", "read_warm"],
+FLOOR_OPS = {"W1": ["write", "read_cold", "read_warm", "read_fresh_cold", "read_fresh_warm",
+                    "map_cold", "map_warm", "memcpy", "first_touch"],
+             "W2": ["write", "device_put"],
+             "W3": ["write", "read_warm", "read_fresh_warm", "map_warm"],
              "W5": ["upload", "download"], "W6": ["memcpy_touched", "d2h"],
              "W7": ["read_cold", "read_warm"], "W10": ["upload", "download"]}
 S3_BUCKET = GCS_BUCKET = "bench-checkpoints"
@@ -375,9 +377,8 @@ def finish(args, started, tools, wanted, not_run, tool_versions, measurements,
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(args.out_dir, "RESULTS.md"), "w") as f:
-        f.write(report.render(results))
-    print(f"wrote {args.out_dir}/results.json and RESULTS.md")
+    report.write_outputs(results, args.out_dir)
+    print(f"wrote {args.out_dir}/results.json, RESULTS.md and the charts")
 
 
 if __name__ == "__main__":
