@@ -8,10 +8,12 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "background_copy.h"
 #include "raise.h"
 #include "shard_objects.h"
 
@@ -227,9 +229,73 @@ nb::object CopiedBytes(const uint8_t* first, const Extents& shape,
   return out;
 }
 
+// Each piece of a staging buffer starts at a multiple of this, as every
+// buffer handed to XLA must (the CPU backend adopts only aligned ones).
+constexpr size_t kStagingAlignment = 64;
+
+size_t Aligned(size_t offset) {
+  return (offset + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+}
+
+// _core.StagingCopies: an async save's copies of the boxes that are the
+// caller's memory (donation may reuse it once the save call returns), into
+// one staging buffer: carve_shards gives each such box the buffer's next
+// aligned piece and queues its copy on native threads; finish() waits.
+class StagingCopies {
+ public:
+  StagingCopies(nb::handle buffer, int threads)
+      : copier_(threads, size_t{4} << 20) {
+    using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+    Bytes bytes;
+    if (!nb::try_cast<Bytes>(buffer, bytes, false)) {
+      throw nb::type_error("StagingCopies: the buffer must be a writable 1-d uint8 array");
+    }
+    buffer_ = nb::borrow(buffer);
+    data_ = bytes.data();
+    size_ = bytes.size();
+  }
+
+  // The sizes' pieces carved one after another: the bytes the buffer needs.
+  static size_t BytesNeeded(const std::vector<size_t>& sizes) {
+    size_t total = 0;
+    for (size_t size : sizes) total = Aligned(total) + size;
+    return total;
+  }
+
+  // The next `nbytes` of the buffer.
+  uint8_t* Carve(size_t nbytes) {
+    const size_t start = Aligned(used_);
+    if (start + nbytes > size_) {  // the plan sized it: a bug, not input
+      throw std::logic_error("StagingCopies: the staging buffer is too small");
+    }
+    used_ = start + nbytes;
+    return data_ + start;
+  }
+
+  void Queue(const uint8_t* from, uint8_t* to, size_t nbytes) { copier_.Add(from, to, nbytes); }
+  void Finish() { copier_.Finish(); }
+  // The piece of `nbytes` at `at` as a slice of the buffer: a plain numpy
+  // view, which the garbage collector does not track (a view made here
+  // would hold a memoryview that it does, one per shard, and the count of
+  // those sets off a collection as the blocking phase ends).
+  nb::object Piece(const uint8_t* at, size_t nbytes) {
+    const Py_ssize_t start = at - data_;
+    return buffer_[nb::slice(start, start + static_cast<Py_ssize_t>(nbytes))];
+  }
+  size_t used() const { return used_; }
+
+ private:
+  BackgroundCopy copier_;
+  nb::object buffer_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  size_t used_ = 0;
+};
+
 // The shard of `piece`: a view of its bytes where they are one run of
 // the host array, else a copy of them in row-major order.
-nb::object CarvedShard(const LeafLayout& layout, const Piece& piece, const HostView& view) {
+nb::object CarvedShard(const LeafLayout& layout, const Piece& piece, const HostView& view,
+                       StagingCopies* copies) {
   const size_t itemsize = view.itemsize;
   const std::optional<uint64_t> nbytes = CheckedByteSize(piece.shape, itemsize);
   if (!nbytes) Raise(InvalidArgumentError("a box's size in bytes overflows 64 bits"));
@@ -239,19 +305,29 @@ nb::object CarvedShard(const LeafLayout& layout, const Piece& piece, const HostV
       first += static_cast<int64_t>(piece.offset[d]) * view.strides[d];
     }
   }
+  const bool one_run = *nbytes == 0 || IsRowMajorRun(piece.shape, view.strides, itemsize);
   PyShard shard;
   shard.leaf = layout.leaf;
   shard.dtype = layout.dtype;
   shard.origin = piece.origin;
   shard.shape = piece.shape;
-  shard.data = *nbytes == 0 || IsRowMajorRun(piece.shape, view.strides, itemsize)
-                   ? ByteView(first, *nbytes, view.owner)
-                   : CopiedBytes(first, piece.shape, view.strides, itemsize, *nbytes);
+  if (copies) {
+    uint8_t* copy = copies->Carve(*nbytes);
+    if (one_run) {
+      copies->Queue(first, copy, *nbytes);
+    } else {
+      CopyStrided(first, piece.shape, view.strides, itemsize, copy);
+    }
+    shard.data = copies->Piece(copy, *nbytes);
+  } else {
+    shard.data = one_run ? ByteView(first, *nbytes, view.owner)
+                         : CopiedBytes(first, piece.shape, view.strides, itemsize, *nbytes);
+  }
   return nb::cast(std::move(shard));
 }
 
 nb::list CarveShards(const std::vector<const LeafLayout*>& layouts,
-                     const std::vector<nb::sequence>& views) {
+                     const std::vector<nb::sequence>& views, StagingCopies* copies) {
   if (layouts.size() != views.size()) {
     Raise(InvalidArgumentError("carve_shards: " + std::to_string(layouts.size()) +
                                " layouts and " + std::to_string(views.size()) + " view lists"));
@@ -268,7 +344,7 @@ nb::list CarveShards(const std::vector<const LeafLayout*>& layouts,
     std::vector<HostView> arrays;
     for (size_t j = 0; j < count; ++j) arrays.push_back(ViewOf(views[i][j], layout, j));
     for (const Piece& piece : layout.pieces) {
-      shards.append(CarvedShard(layout, piece, arrays[piece.view]));
+      shards.append(CarvedShard(layout, piece, arrays[piece.view], copies));
     }
   }
   return shards;
@@ -291,11 +367,22 @@ void BindHostStaging(nb::module_& m) {
            "leaf"_a, "dtype"_a, "views"_a, "boxes"_a)
       .def_prop_ro("leaf", [](const LeafLayout& self) { return self.leaf; })
       .def_prop_ro("box_count", [](const LeafLayout& self) { return self.pieces.size(); });
-  m.def("carve_shards", &CarveShards, "layouts"_a, "views"_a,
+  nb::class_<StagingCopies>(
+      m, "StagingCopies",
+      "An async save's copies into one staging buffer (a writable 1-d uint8 array): each"
+      " box carve_shards is given it for goes to the buffer's next 64-byte aligned piece,"
+      " copied on `threads` native threads; finish() waits for the copies.")
+      .def(nb::init<nb::handle, int>(), "buffer"_a, "threads"_a)
+      .def("finish", &StagingCopies::Finish, "Waits, without the GIL, for every copy.")
+      .def_prop_ro("used", &StagingCopies::used, "Bytes of the buffer carved so far.")
+      .def_static("bytes_needed", &StagingCopies::BytesNeeded, "sizes"_a,
+                  "The buffer bytes that pieces of these sizes take, carved in order.");
+  m.def("carve_shards", &CarveShards, "layouts"_a, "views"_a, "copies"_a = nb::none(),
         "The Shards of every box of each layout, in order: views[i] are the host arrays"
         " (numpy arrays of any dtype and strides, or jax.Arrays of the CPU backend) of"
-        " layouts[i]'s views. A box that is"
-        " one run of its array is a view of it (no copy); any other is copied row-major.");
+        " layouts[i]'s views. Without copies, a box that is one run of its array is a view"
+        " of it, any other a row-major copy; with copies, every box is copied into their"
+        " buffer (StagingCopies), valid once copies.finish() returns.");
 }
 
 }  // namespace shardkeep::binding

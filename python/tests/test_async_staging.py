@@ -123,9 +123,8 @@ def test_a_buffer_is_lent_to_one_save_at_a_time_and_one_is_kept():
     assert staging_pool.kept_bytes() == 4 << 20
     reused = staging_pool.lease(2 << 20, reuse=True)
     assert reused.buffer.size == 4 << 20 and staging_pool.kept_bytes() == 0
-    a, b = reused.carve(3), reused.carve(100)
-    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
-    assert not np.shares_memory(a, b)
+    # The save carves its copies out of the buffer (test_host_staging).
+    assert staging_pool.bytes_needed([3, 100]) == 64 + 100
 
 
 def test_overlapping_saves_each_hold_the_values_of_their_call(tmp_path):

@@ -3,6 +3,8 @@ arrays that hold it (``_core.carve_shards``). A box carved wrong would
 save wrong bytes, so every case compares them with numpy's slicing of the
 same array, and saves of sharded trees are loaded back bit for bit."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -87,6 +89,30 @@ def test_jax_arrays_of_the_cpu_backend_are_carved_without_numpy():
         host = np.asarray(value)
         assert shards[0].data.tobytes() == _expected(host, (1, 0), (2, 6))
         assert shards[1].data.tobytes() == _expected(host, (0, 1), (5, 2))
+
+
+def test_staging_copies_put_every_box_in_its_own_aligned_piece_of_the_buffer():
+    base = sample_array("bfloat16", shape=(6, 10), seed=5)
+    view = base[:, ::2]  # no box of it is one run: each copied row by row
+    boxes = [((0, 0), (6, 5)), ((1, 1), (2, 3)), ((5, 4), (1, 1))]
+    layouts = [_core.LeafLayout(0, "bfloat16", [((0, 0), (6, 5))],
+                                [(0, origin, shape) for origin, shape in boxes]),
+               _core.LeafLayout(1, "bfloat16", [((0, 0), (6, 10))], [(0, (2, 0), (3, 10))])]
+    sizes = [math.prod(shape) * 2 for _, shape in boxes] + [60]
+    buffer = np.zeros(_core.StagingCopies.bytes_needed(sizes), np.uint8)
+    copies = _core.StagingCopies(buffer, 2)
+    shards = _core.carve_shards(layouts, [[view], [base]], copies)
+    copies.finish()
+    assert copies.used == buffer.size
+    for shard, (origin, shape) in zip(shards, boxes + [((2, 0), (3, 10))]):
+        source = view if shard.leaf == 0 else base
+        assert shard.data.tobytes() == _expected(source, origin, shape)
+        assert np.shares_memory(shard.data, buffer) and not np.shares_memory(shard.data, base)
+        assert shard.data.ctypes.data % 64 == 0
+    too_small = _core.StagingCopies(np.zeros(buffer.size - 1, np.uint8), 1)
+    with pytest.raises(RuntimeError, match="staging buffer is too small"):
+        _core.carve_shards(layouts, [[view], [base]], too_small)
+    too_small.finish()
 
 
 def test_layouts_and_views_that_do_not_match_are_named():

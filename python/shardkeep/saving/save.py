@@ -14,13 +14,12 @@ from typing import Any, Callable, Mapping
 
 from .. import _core
 from . import background_saves
-from ..base import checkpointables, events, unchanged
+from ..base import checkpointables, events, host_copy, unchanged
 from ..job import distributed
 from ..base import named_parts
 from . import staging
 from .. import options as options_lib
 from . import save_base, staging_pool
-from .streamed_copies import StreamedCopies
 from ..errors import InvalidArgumentError
 from ..base.gc_pause import gc_paused
 from .save_future import OnFinished, SaveFuture
@@ -203,8 +202,6 @@ class Staged:
     """The ``_core.start_save`` parts of a save, staged (``stage_parts``)."""
 
     parts: list[_core.SavePart]
-    # Shards whose data is the caller's memory (``staging.StagedTree``).
-    aliased: list[_core.Shard]
     # Per pytree part, the arrays whose places are remembered once the save
     # is known (``shardkeep.base.unchanged``).
     arrays: dict[str, list[tuple[str, Any]]]
@@ -224,17 +221,14 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
     is staged (the buffer is sized from the plans first). Without, those
     shards must be written before the arrays change.
     """
-    staged = Staged([], [], {})
-    # Thousands of small objects: no collection in the blocking phase. One
-    # pause spans the copies too: until they replace the aliased shards'
-    # data, each holds a buffer view of a caller's array (GC-tracked), and
-    # re-enabling in between sets off a collection that walks them all.
+    staged = Staged([], {})
+    # Thousands of small objects: no collection in the blocking phase.
     with gc_paused():
         parts = _planned_parts(items, options)
-        copies = None
+        lease = copies = None
         if own_copies:
-            copies = StreamedCopies(staging_pool.lease(
-                _staging_bytes(parts), reuse=options.reuse_staging_memory))
+            lease = staging_pool.lease(_staging_bytes(parts), reuse=options.reuse_staging_memory)
+            copies = _core.StagingCopies(lease.buffer, host_copy.copy_thread_count())
         try:
             for name, part, planned in parts:
                 if planned is None:
@@ -243,19 +237,20 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
                 tree = staging.stage_pytree(
                     part.value, replica_parallel=options.replica_parallel,
                     registered_kind=part.registered_kind, base=base, checkpointable=name,
-                    planned=planned, on_aliased=None if copies is None else copies.add)
+                    planned=planned, copies=copies)
                 staged.parts.append(_core.SavePart(name, "pytree", tree.meta_json,
                                                    shards=tree.shards))
-                staged.aliased += tree.aliased
                 staged.arrays[name] = tree.arrays
-            if copies is None:
-                return staged, None
-            copies.finish()
         except BaseException:
-            if copies is not None:
-                copies.abandon()
+            if copies is not None and lease is not None:
+                # The copies under way read the caller's arrays and write
+                # the buffer, which goes back only after them.
+                copies.finish()
+                lease.give_back()
             raise
-        return staged, copies.lease
+        if copies is not None:
+            copies.finish()
+        return staged, lease
 
 
 def prepare_staging(items: Mapping[str, Any], options: options_lib.Options) -> None:

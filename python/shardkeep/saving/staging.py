@@ -48,15 +48,12 @@ def kept_plans() -> int:
 class StagedTree:
     """A pytree ready to save: its meta.json text and the shards this
     process writes. Each shard's data is a host view of the array where
-    there is one (CPU backend, numpy leaves), the device-to-host copy
-    elsewhere, or a fill function (``ArraySource`` leaves). ``aliased``
-    are the shards whose bytes belong to the caller and may change under
-    the save (donation reuses a CPU buffer): an async save copies those
-    before it returns. Their data is always a host array."""
+    there is one (CPU backend, numpy leaves) or its copy in an async
+    save's staging buffer, the device-to-host copy elsewhere, a fill
+    function (``ArraySource`` leaves), or where a base stores it."""
 
     meta_json: str
     shards: list[_core.Shard]
-    aliased: list[_core.Shard]
     # (key path, value) of the arrays whose places are remembered
     # (``shardkeep.base.unchanged``), once the save is known.
     arrays: list[tuple[str, jax.Array]]
@@ -65,7 +62,7 @@ class StagedTree:
 def stage_pytree(tree: Any, *, replica_parallel: bool,
                  registered_kind: str | None = None, base: save_base.Base | None = None,
                  checkpointable: str = "state", planned: "Planned | None" = None,
-                 on_aliased: Callable[[_core.Shard], None] | None = None) -> StagedTree:
+                 copies: _core.StagingCopies | None = None) -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
 
     ``replica_parallel`` splits each replicated box among the devices
@@ -81,8 +78,9 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     as the place whose bytes the core compares theirs with.
 
     ``planned`` is ``plan_pytree(tree, replica_parallel)`` when the caller
-    has it; ``on_aliased`` is called with each aliased shard as soon as it
-    is staged (an async save starts copying it while the rest is staged).
+    has it. With ``copies``, the boxes in the caller's host memory are
+    copied into their staging buffer (an async save; the copies run on
+    native threads while the rest is staged), else they are views of it.
     """
     plan, values = planned if planned is not None else plan_pytree(tree, replica_parallel)
     for number in plan.array_leaves:
@@ -122,26 +120,26 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
                     device_array.copy_to_host_async()
         views = [of_leaf if leaf.stage.on_host else [np.asarray(a) for a in of_leaf]
                  for leaf, of_leaf in zip(carved, views)]
-    carved_shards = _core.carve_shards([leaf.layout for leaf in carved], views)
-    aliased: list[_core.Shard] = []
-    if compared or not plan.all_on_host or on_aliased is not None:
-        at = 0
-        for leaf in carved:
-            mine = carved_shards[at:at + leaf.layout.box_count]
-            at += len(mine)
-            if leaf.value_index in compared:
-                for shard in mine:
-                    shard.compare_with = compared[leaf.value_index]
-            if leaf.stage.on_host:  # the caller's memory (on the CPU backend, donation reuses it)
-                aliased += mine
-                if on_aliased is not None:
-                    for shard in mine:
-                        on_aliased(shard)
-            # (On accelerators the host array is a fresh copy nobody else writes.)
-    else:
-        aliased = list(carved_shards)
-    shards += carved_shards
-    return StagedTree(plan.meta_json_for(values, registered_kind), shards, aliased, arrays)
+    # The caller's memory (on the CPU backend, donation reuses it) goes to
+    # ``copies``; on accelerators the host arrays are fresh copies nobody
+    # else writes.
+    ours = [leaf.stage.on_host for leaf in carved]
+    for copied in (True, False):
+        mine = [n for n, on_host in enumerate(ours) if on_host is copied]
+        if not mine:
+            continue
+        staged = _core.carve_shards([carved[n].layout for n in mine], [views[n] for n in mine],
+                                    copies if copied else None)
+        if compared:
+            at = 0
+            for n in mine:
+                count = carved[n].layout.box_count
+                if carved[n].value_index in compared:
+                    for shard in staged[at:at + count]:
+                        shard.compare_with = compared[carved[n].value_index]
+                at += count
+        shards += staged
+    return StagedTree(plan.meta_json_for(values, registered_kind), shards, arrays)
 
 
 Planned = tuple["_Plan", list]

@@ -31,6 +31,7 @@ import threading
 
 import numpy as np
 
+from .. import _core
 from ..base import host_copy, host_memory
 
 _lock = threading.Lock()
@@ -41,24 +42,12 @@ _generation = 0
 
 
 class Lease:
-    """One save's staging buffer, carved into 64-byte aligned pieces."""
+    """One save's staging buffer (``_core.StagingCopies`` carves it)."""
 
     def __init__(self, buffer: np.ndarray, generation: int, keep: bool):
         self.buffer: np.ndarray | None = buffer  # None once given back
         self._generation = generation
         self._keep = keep
-        self._used = 0
-
-    def carve(self, nbytes: int) -> np.ndarray:
-        """The next ``nbytes`` of the buffer (uint8)."""
-        buffer = self.buffer
-        if buffer is None:
-            raise AssertionError("staging buffer carved once given back")  # a bug, not input
-        start = _aligned(self._used)
-        if start + nbytes > buffer.size:
-            raise AssertionError("staging buffer leased too small")  # a bug, not input
-        self._used = start + nbytes
-        return buffer[start:start + nbytes]
 
     def give_back(self) -> None:
         """Called once the save no longer reads the buffer (it finished,
@@ -77,10 +66,7 @@ class Lease:
 
 def bytes_needed(sizes) -> int:
     """Buffer bytes for pieces of these sizes carved one after another."""
-    total = 0
-    for size in sizes:
-        total = _aligned(total) + size
-    return total
+    return _core.StagingCopies.bytes_needed(list(sizes))
 
 
 def prepare(nbytes: int) -> None:
@@ -142,8 +128,3 @@ def kept_bytes() -> int:
     """Size of the buffer kept for the next async save (0 if none)."""
     with _lock:
         return 0 if _kept is None else int(_kept.size)
-
-
-def _aligned(offset: int) -> int:
-    alignment = host_memory.XLA_ALIGNMENT
-    return -(-offset // alignment) * alignment
