@@ -8,8 +8,10 @@ import numpy as np
 from ..errors import InvalidArgumentError
 
 
+@functools.lru_cache(maxsize=None)
 def from_name(name: str) -> np.dtype:
-    """Returns the numpy dtype for a stored name such as "bfloat16" or "int4"."""
+    """Returns the numpy dtype for a stored name such as "bfloat16" or "int4"
+    (cached: a tree of thousands of leaves has only a few dtypes)."""
     custom = getattr(ml_dtypes, name, None)
     try:
         return np.dtype(custom if custom is not None else name)

@@ -11,9 +11,8 @@ keeps reuse them for every later value.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -27,8 +26,7 @@ from ..errors import InvalidArgumentError
 Extents = tuple[int, ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class LeafStage:
+class LeafStage(NamedTuple):  # a tuple: a tree's first save makes thousands
     """How to stage the boxes this process writes of one leaf.
 
     ``views(value)`` gives the arrays the boxes are carved from (device
@@ -107,7 +105,7 @@ def _plan_key_array(path: str, keys: jax.Array, replica_parallel: bool
     meta.prng_impl = prng_keys.impl_name(keys.dtype)
     if stage is None:
         return meta, None
-    return meta, dataclasses.replace(stage, views=functools.partial(_of_key_data, stage.views))
+    return meta, stage._replace(views=functools.partial(_of_key_data, stage.views))
 
 
 def _plan_jax_array(path: str, arr: jax.Array, replica_parallel: bool

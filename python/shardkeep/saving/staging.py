@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -198,8 +198,7 @@ def _stored_shards(plan: "_Plan", leaf: "_Leaf", place: _core.StoredIn) -> list[
             for _, origin, shape in leaf.stage.boxes]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Leaf:
+class _Leaf(NamedTuple):  # a tuple: a tree's first save makes thousands
     """A leaf this process writes boxes of, and how they are staged."""
 
     value_index: int       # the leaf's index in the treedef's order
