@@ -272,24 +272,36 @@ class StagingCopies {
     return data_ + start;
   }
 
-  void Queue(const uint8_t* from, uint8_t* to, size_t nbytes) { copier_.Add(from, to, nbytes); }
-  void Finish() { copier_.Finish(); }
+  // Queues a copy from memory that `owner` keeps alive: the owner is held
+  // until Finish, since the array it exports may be a temporary of the
+  // front's (a converted big-endian leaf, a scalar's array).
+  void Queue(const uint8_t* from, uint8_t* to, size_t nbytes, nb::handle owner) {
+    sources_.push_back(nb::borrow(owner));
+    copier_.Add(from, to, nbytes);
+  }
+  void Finish() {
+    copier_.Finish();
+    sources_.clear();
+  }
   // The piece of `nbytes` at `at` as a slice of the buffer: a plain numpy
   // view, which the garbage collector does not track (a view made here
   // would hold a memoryview that it does, one per shard, and the count of
   // those sets off a collection as the blocking phase ends).
-  nb::object Piece(const uint8_t* at, size_t nbytes) {
+  nb::object SliceAt(const uint8_t* at, size_t nbytes) {
     const Py_ssize_t start = at - data_;
     return buffer_[nb::slice(start, start + static_cast<Py_ssize_t>(nbytes))];
   }
   size_t used() const { return used_; }
 
  private:
-  BackgroundCopy copier_;
+  std::vector<nb::object> sources_;  // what the queued copies read, until Finish
   nb::object buffer_;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t used_ = 0;
+  // Last: destroyed first, its threads done with every queued copy before
+  // the sources and the buffer go.
+  BackgroundCopy copier_;
 };
 
 // The shard of `piece`: a view of its bytes where they are one run of
@@ -314,11 +326,11 @@ nb::object CarvedShard(const LeafLayout& layout, const Piece& piece, const HostV
   if (copies) {
     uint8_t* copy = copies->Carve(*nbytes);
     if (one_run) {
-      copies->Queue(first, copy, *nbytes);
+      copies->Queue(first, copy, *nbytes, view.owner);
     } else {
       CopyStrided(first, piece.shape, view.strides, itemsize, copy);
     }
-    shard.data = copies->Piece(copy, *nbytes);
+    shard.data = copies->SliceAt(copy, *nbytes);
   } else {
     shard.data = one_run ? ByteView(first, *nbytes, view.owner)
                          : CopiedBytes(first, piece.shape, view.strides, itemsize, *nbytes);

@@ -172,3 +172,18 @@ def test_non_contiguous_numpy_leaves_saved_as_their_values(ckpt):
     for key, value in tree.items():
         np.testing.assert_array_equal(np.asarray(out[key]), value)
         assert_same_bits(out[key], np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")))
+
+
+def test_async_saves_copy_leaves_the_front_converts_for_the_core(ckpt):
+    # A big-endian leaf, a numpy scalar and typed keys are staged from
+    # arrays made for the save: their copies must finish before those go.
+    big_endian = np.arange(40000, dtype=">f4").reshape(200, 200)
+    tree = {"big_endian": big_endian, "scalar": np.float32(3.5),
+            "keys": jax.random.split(jax.random.key(7), 4),
+            "plain": jnp.arange(1 << 16, dtype=jnp.float32)}
+    sk.save_async(ckpt, tree).result()
+    out = sk.load(ckpt)
+    np.testing.assert_array_equal(out["big_endian"], big_endian)
+    assert out["scalar"] == np.float32(3.5)
+    assert_same_bits(jax.random.key_data(out["keys"]), jax.random.key_data(tree["keys"]))
+    assert_same_bits(out["plain"], np.arange(1 << 16, dtype=np.float32))
