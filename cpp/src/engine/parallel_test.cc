@@ -112,28 +112,33 @@ TEST(ParallelForTest, HelperThreadsInheritTheCancellationScope) {
 // before (a fresh thread would start with the thread-local count at 0).
 TEST(ParallelForTest, HelperThreadsAreReusedAcrossCalls) {
   static thread_local int items_on_this_thread = 0;
-  auto call = [] {
-    std::atomic<int> arrived{0}, on_used_threads{0};
-    EXPECT_TRUE(ParallelFor(4, 4, [&](size_t) {
-      // Every item waits for the others, so four threads run them.
+  auto call = [](size_t items) {
+    std::atomic<size_t> arrived{0};
+    std::atomic<int> on_used_threads{0};
+    EXPECT_TRUE(ParallelFor(items, static_cast<int>(items), [&](size_t) {
+      // Every item waits for the others, so `items` threads run them.
       arrived++;
-      while (arrived.load() < 4) std::this_thread::yield();
+      while (arrived.load() < items) std::this_thread::yield();
       if (items_on_this_thread++ > 0) on_used_threads++;
       return Status::Ok();
     }).ok());
     return on_used_threads.load();
   };
-  // The first call's three helpers are back among the idle threads only
-  // after the call returns; wait for them (by count, not by a fixed sleep,
-  // so a loaded machine does not fail the test).
-  const size_t idle_before = IdlePoolThreads();
-  call();
+  // The first call runs an item on every thread idle now (earlier tests
+  // leave some, and which idle thread takes an item is the pool's choice),
+  // so that any idle thread the second call gets has run one. Its helpers
+  // are back among the idle threads only after it returns; wait for them
+  // (by count, not by a fixed sleep, so a loaded machine does not fail it).
+  const size_t first_items = std::max<size_t>(IdlePoolThreads() + 1, 4);
+  call(first_items);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (IdlePoolThreads() < std::max<size_t>(idle_before, 3) &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (IdlePoolThreads() < first_items - 1 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(call(), 4);
+  // A thread an earlier test leaves idle meanwhile has run none, so the
+  // check asks for reuse, not for all four: a pool that started fresh
+  // helpers for each call would give the caller's item alone.
+  EXPECT_GE(call(4), 2);
 }
 
 #ifdef __linux__
