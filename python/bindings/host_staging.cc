@@ -43,6 +43,9 @@ struct LeafLayout {
   DType dtype{};
   std::vector<Extents> view_shapes;
   std::vector<Piece> pieces;
+  // The views are memory the caller owns and may change once the save call
+  // returns (donation reuses a CPU buffer): an async save copies them.
+  bool callers_memory = true;
 };
 
 std::string ExtentsText(const Extents& extents) {
@@ -55,8 +58,9 @@ std::string ExtentsText(const Extents& extents) {
 
 LeafLayout MakeLayout(uint32_t leaf, const std::string& dtype,
                       const std::vector<std::tuple<Extents, Extents>>& views,
-                      const std::vector<std::tuple<uint32_t, Extents, Extents>>& boxes) {
-  LeafLayout layout{leaf, ValueOrRaise(DTypeFromName(dtype)), {}, {}};
+                      const std::vector<std::tuple<uint32_t, Extents, Extents>>& boxes,
+                      bool callers_memory) {
+  LeafLayout layout{leaf, ValueOrRaise(DTypeFromName(dtype)), {}, {}, callers_memory};
   const std::string where = "LeafLayout of leaf #" + std::to_string(leaf);
   for (const auto& [origin, shape] : views) {
     if (origin.size() != shape.size()) {
@@ -323,7 +327,7 @@ nb::object CarvedShard(const LeafLayout& layout, const Piece& piece, const HostV
   shard.dtype = layout.dtype;
   shard.origin = piece.origin;
   shard.shape = piece.shape;
-  if (copies) {
+  if (copies && layout.callers_memory) {
     uint8_t* copy = copies->Carve(*nbytes);
     if (one_run) {
       copies->Queue(first, copy, *nbytes, view.owner);
@@ -369,14 +373,17 @@ void BindHostStaging(nb::module_& m) {
       m, "LeafLayout",
       "The boxes a save writes of one leaf and the host views they are carved from: views"
       " are (origin, shape) of each host array in the leaf's index space, boxes are"
-      " (view number, origin, shape), each inside its view.")
+      " (view number, origin, shape), each inside its view. callers_memory: the views are"
+      " memory the caller may change once the save call returns, which an async save"
+      " copies (on accelerators they are fresh device-to-host copies: False).")
       .def("__init__",
            [](LeafLayout* self, uint32_t leaf, const std::string& dtype,
               const std::vector<std::tuple<Extents, Extents>>& views,
-              const std::vector<std::tuple<uint32_t, Extents, Extents>>& boxes) {
-             new (self) LeafLayout(MakeLayout(leaf, dtype, views, boxes));
+              const std::vector<std::tuple<uint32_t, Extents, Extents>>& boxes,
+              bool callers_memory) {
+             new (self) LeafLayout(MakeLayout(leaf, dtype, views, boxes, callers_memory));
            },
-           "leaf"_a, "dtype"_a, "views"_a, "boxes"_a)
+           "leaf"_a, "dtype"_a, "views"_a, "boxes"_a, "callers_memory"_a = true)
       .def_prop_ro("leaf", [](const LeafLayout& self) { return self.leaf; })
       .def_prop_ro("box_count", [](const LeafLayout& self) { return self.pieces.size(); });
   nb::class_<StagingCopies>(
@@ -392,9 +399,10 @@ void BindHostStaging(nb::module_& m) {
   m.def("carve_shards", &CarveShards, "layouts"_a, "views"_a, "copies"_a = nb::none(),
         "The Shards of every box of each layout, in order: views[i] are the host arrays"
         " (numpy arrays of any dtype and strides, or jax.Arrays of the CPU backend) of"
-        " layouts[i]'s views. Without copies, a box that is one run of its array is a view"
-        " of it, any other a row-major copy; with copies, every box is copied into their"
-        " buffer (StagingCopies), valid once copies.finish() returns.");
+        " layouts[i]'s views. With copies, every box of a layout of the caller's memory is"
+        " copied into their buffer (StagingCopies), valid once copies.finish() returns;"
+        " any other box that is one run of its array is a view of it, the rest row-major"
+        " copies.");
 }
 
 }  // namespace shardkeep::binding

@@ -109,6 +109,13 @@ def test_staging_copies_put_every_box_in_its_own_aligned_piece_of_the_buffer():
         assert shard.data.tobytes() == _expected(source, origin, shape)
         assert np.shares_memory(shard.data, buffer) and not np.shares_memory(shard.data, base)
         assert (shard.data.ctypes.data - buffer.ctypes.data) % 64 == 0  # from the start
+    # A device-to-host copy is the save's own already: a view of it, not copied again.
+    fresh = np.arange(12, dtype=np.float32)
+    own = _core.LeafLayout(2, "float32", [((0,), (12,))], [(0, (0,), (12,))],
+                           callers_memory=False)
+    used = copies.used
+    shard, = _core.carve_shards([own], [[fresh]], copies)
+    assert np.shares_memory(shard.data, fresh) and copies.used == used
     too_small = _core.StagingCopies(np.zeros(buffer.size - 1, np.uint8), 1)
     with pytest.raises(RuntimeError, match="staging buffer is too small"):
         _core.carve_shards(layouts, [[view], [base]], too_small)

@@ -42,7 +42,8 @@ class LeafStage(NamedTuple):  # a tuple: a tree's first save makes thousands
     on_host: bool
 
     def layout(self, leaf_number: int, dtype_name: str) -> _core.LeafLayout:
-        return _core.LeafLayout(leaf_number, dtype_name, self.view_boxes, self.boxes)
+        return _core.LeafLayout(leaf_number, dtype_name, self.view_boxes, self.boxes,
+                                callers_memory=self.on_host)
 
 
 def _whole(shape: Extents, views: Callable[[Any], list], on_host: bool) -> LeafStage:

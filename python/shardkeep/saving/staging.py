@@ -21,13 +21,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from .. import _core
-from ..base import dtypes, shardings, tree_codec, unchanged
+from ..base import dtypes, tree_codec, unchanged
 from ..base.array_source import ArraySource
 from ..errors import ShardkeepError
 from . import leaf_sources, save_base
@@ -121,24 +121,18 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
         views = [of_leaf if leaf.stage.on_host else [np.asarray(a) for a in of_leaf]
                  for leaf, of_leaf in zip(carved, views)]
     # The caller's memory (on the CPU backend, donation reuses it) goes to
-    # ``copies``; on accelerators the host arrays are fresh copies nobody
-    # else writes.
-    ours = [leaf.stage.on_host for leaf in carved]
-    for copied in (True, False):
-        mine = [n for n, on_host in enumerate(ours) if on_host is copied]
-        if not mine:
-            continue
-        staged = _core.carve_shards([carved[n].layout for n in mine], [views[n] for n in mine],
-                                    copies if copied else None)
-        if compared:
-            at = 0
-            for n in mine:
-                count = carved[n].layout.box_count
-                if carved[n].value_index in compared:
-                    for shard in staged[at:at + count]:
-                        shard.compare_with = compared[carved[n].value_index]
-                at += count
-        shards += staged
+    # ``copies`` (each layout knows whether its views are that memory; on
+    # accelerators they are fresh copies nobody else writes).
+    carved_shards = _core.carve_shards([leaf.layout for leaf in carved], views, copies)
+    if compared:
+        at = 0
+        for leaf in carved:
+            count = leaf.layout.box_count
+            if leaf.value_index in compared:
+                for shard in carved_shards[at:at + count]:
+                    shard.compare_with = compared[leaf.value_index]
+            at += count
+    shards += carved_shards
     return StagedTree(plan.meta_json_for(values, registered_kind), shards, arrays)
 
 
