@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import sys
+from typing import Sequence
 
 import charts
 import report_compression
@@ -255,7 +257,6 @@ def _floor_records(results, op: str) -> list[dict]:
 
 def _floor_configs(records: list[dict]) -> str:
     """The winning configuration(s) and every configuration's median."""
-    import statistics
     if not any("configs" in r for r in records):
         return ""
     wins: dict[str, int] = {}
@@ -273,7 +274,6 @@ def _floor_configs(records: list[dict]) -> str:
 def _floors_section(results) -> list[str]:
     """W1's floors: each op's time and rate over the state's bytes, with the
     configurations tried, and the cost of new memory on this machine."""
-    import statistics
     ops = results["summary"].get("W1", {})
     measured = [op for op in FLOOR_ORDER if ops.get(op, {}).get("floor", {}).get("median")]
     if not measured:
@@ -346,7 +346,7 @@ def _rss_table(results) -> list[str]:
     return lines
 
 
-def render(results, charts_drawn: list[str] = ()) -> str:
+def render(results, charts_drawn: Sequence[str] = ()) -> str:
     cfg = results["config"]
     m = results["machine"]
     ver = results["versions"]
