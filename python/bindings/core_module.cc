@@ -29,6 +29,7 @@
 #include "shardkeep/checkpoint_root.h"
 #include "shardkeep/location.h"
 #include "shardkeep/operation_ids.h"
+#include "shardkeep/shard_feed.h"
 #include "format/commit_record.h"
 #include "engine/copy.h"
 #include "engine/parallel.h"
@@ -184,6 +185,7 @@ struct PySavePart {
   std::string meta_json;
   nb::bytes value{"", 0};  // nb::bytes() would be null
   nb::list shards;
+  nb::object feed = nb::none();  // a ShardFeed instead of shards, or None
 };
 
 nb::object ShardDataOrTypeError(nb::handle data) {
@@ -510,6 +512,42 @@ ShardData StoredShard(const PyShard& shard, PlacesOfSave& places) {
   return data;
 }
 
+// A shard of host bytes or of a source (not a StoredIn) of checkpointable
+// `part`; the bytes' array goes to `borrowed`, kept until the save ends.
+ShardData HostShard(const PyShard& shard, const std::string& part, nb::list& borrowed) {
+  if (PyCallable_Check(shard.data.ptr())) return SourceShard(shard, part);
+  InputBytes bytes = nb::cast<InputBytes>(shard.data, /*convert=*/false);
+  Box box = shard.ToBox();
+  CheckBufferSize(bytes.size(), box, shard.dtype, "shard data");
+  borrowed.append(shard.data);
+  return ShardData{shard.leaf, shard.dtype, std::move(box), bytes.data()};
+}
+
+// _core.ShardFeed: the shards of a pytree part, handed to its save while
+// the save runs (SavePart(feed=...), shardkeep/shard_feed.h). The save
+// borrows this object, and with it the arrays of every shard added, until
+// it ends.
+struct PyShardFeed {
+  std::string part;  // the checkpointable's name, for the sources' errors
+  std::shared_ptr<ShardFeed> feed = std::make_shared<ShardFeed>();
+  nb::list borrowed;
+
+  void Add(nb::handle shards) {
+    std::vector<ShardData> added;
+    for (nb::handle item : ShardsOrTypeError(shards)) {
+      const PyShard& shard = nb::cast<const PyShard&>(item);
+      if (nb::isinstance<StoredIn>(shard.data) || !shard.compare_with.is_none()) {
+        Raise(InvalidArgumentError("a shard fed to the save of '" + part +
+                                   "' names an earlier checkpoint: such shards go in "
+                                   "SavePart.shards"));
+      }
+      added.push_back(HostShard(shard, part, borrowed));
+    }
+    const Status status = feed->Add(std::move(added));
+    if (!status.ok()) Raise(status);
+  }
+};
+
 CheckpointablePayload ParsePart(const PySavePart& part, PlacesOfSave& places,
                                 nb::list& borrowed) {
   CheckpointablePayload payload;
@@ -517,23 +555,18 @@ CheckpointablePayload ParsePart(const PySavePart& part, PlacesOfSave& places,
   payload.kind = part.kind;
   payload.meta_json = part.meta_json;
   payload.value.assign(part.value.c_str(), part.value.size());
+  if (!part.feed.is_none()) {
+    payload.feed = nb::cast<PyShardFeed&>(part.feed).feed;
+    borrowed.append(part.feed);
+  }
   // Checked again: the list may have been appended to since it was set.
   for (nb::handle item : ShardsOrTypeError(part.shards)) {
     const PyShard& shard = nb::cast<const PyShard&>(item);
-    if (PyCallable_Check(shard.data.ptr())) {
-      payload.shards.push_back(SourceShard(shard, payload.name));
-      continue;
-    }
     if (nb::isinstance<StoredIn>(shard.data)) {
       payload.shards.push_back(StoredShard(shard, places));
       continue;
     }
-    InputBytes bytes = nb::cast<InputBytes>(shard.data, /*convert=*/false);
-    Box box = shard.ToBox();
-    CheckBufferSize(bytes.size(), box, shard.dtype, "shard data");
-    borrowed.append(shard.data);
-    ShardData& data = payload.shards.emplace_back(
-        ShardData{shard.leaf, shard.dtype, std::move(box), bytes.data()});
+    ShardData& data = payload.shards.emplace_back(HostShard(shard, payload.name, borrowed));
     if (!shard.compare_with.is_none()) {
       data.compare_with = places.In(shard.compare_with);
     }
@@ -834,6 +867,12 @@ void SetPartValue(PySavePart& part, nb::handle value) {
 }
 void SetPartShards(PySavePart& part, nb::handle value) {
   part.shards = ShardsOrTypeError(value);
+}
+void SetPartFeed(PySavePart& part, nb::handle value) {
+  if (!value.is_none() && !nb::isinstance<PyShardFeed>(value)) {
+    RaiseFieldTypeError("SavePart.feed must be a ShardFeed or None", value);
+  }
+  part.feed = nb::borrow(value);
 }
 
 std::string BoxRepr(const LeafBox& box) {
@@ -1277,6 +1316,26 @@ NB_MODULE(_core, m) {
     return "ReadRequest(" + BoxRepr(self) + ")";
   });
 
+  nb::class_<PyShardFeed>(
+      m, "ShardFeed",
+      "The shards of a pytree part, handed to its save while the save runs"
+      " (SavePart(feed=...)): the writers start on the first ones. The producer adds,"
+      " then closes, or fails it; the save fails if no shard arrives for its timeout.")
+      .def(nb::init<std::string>(), "part"_a,
+           "A feed for checkpointable `part` (named in the errors of sources).")
+      .def("add", &PyShardFeed::Add, "shards"_a.none(),
+           nb::sig("def add(self, shards: list[Shard]) -> None"),
+           "Adds shards of data or sources (not StoredIn). Once the save has ended without"
+           " taking them, raises its error (a closed or failed feed: InvalidArgumentError).")
+      .def("close", [](PyShardFeed& self) { self.feed->Close(); },
+           "Every shard has been added.")
+      .def("fail",
+           [](PyShardFeed& self, const std::string& why) {
+             self.feed->Fail(CancelledError(why));
+           },
+           "why"_a, "The producer failed: the save fails (Cancelled, with `why`), commits"
+           " nothing.");
+
   nb::class_<PySavePart> save_part(
       m, "SavePart",
       "One checkpointable of a save: its name, kind and meta.json text; the value of a json"
@@ -1284,19 +1343,21 @@ NB_MODULE(_core, m) {
   save_part.def(
       "__init__",
       [](PySavePart* self, nb::handle name, nb::handle kind, nb::handle meta_json,
-         nb::handle value, nb::handle shards) {
+         nb::handle value, nb::handle shards, nb::handle feed) {
         PySavePart checked;
         SetPartName(checked, name);
         SetPartKind(checked, kind);
         SetPartMetaJson(checked, meta_json);
         SetPartValue(checked, value);
         if (!shards.is_none()) SetPartShards(checked, shards);  // else a fresh list
+        SetPartFeed(checked, feed);
         new (self) PySavePart(std::move(checked));
       },
       "name"_a.none(), "kind"_a.none(), "meta_json"_a.none(),
       "value"_a.none() = nb::bytes("", 0), "shards"_a.none() = nb::none(),
+      "feed"_a.none() = nb::none(),
       nb::sig("def __init__(self, name: str, kind: str, meta_json: str, value: bytes = b'',"
-              " shards: list[Shard] | None = None) -> None"));
+              " shards: list[Shard] | None = None, feed: ShardFeed | None = None) -> None"));
   Attribute(save_part, "name", "str", [](const PySavePart& self) { return self.name; },
             SetPartName);
   Attribute(save_part, "kind", "str", [](const PySavePart& self) { return self.kind; },
@@ -1307,9 +1368,12 @@ NB_MODULE(_core, m) {
             SetPartValue);
   Attribute(save_part, "shards", "list[Shard]",
             [](const PySavePart& self) { return self.shards; }, SetPartShards);
+  Attribute(save_part, "feed", "ShardFeed | None",
+            [](const PySavePart& self) { return self.feed; }, SetPartFeed);
   save_part.def("__repr__", [](const PySavePart& self) {
     return "SavePart(" + self.name + ", " + self.kind + ", " +
-           std::to_string(self.shards.size()) + " shards)";
+           (self.feed.is_none() ? std::to_string(self.shards.size()) + " shards" : "fed") +
+           ")";
   });
 
   m.def("start_save", &StartSavePy, "path"_a, "parts"_a, nb::kw_only(),

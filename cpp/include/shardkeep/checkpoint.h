@@ -25,6 +25,8 @@
 
 namespace shardkeep {
 
+class ShardFeed;  // shardkeep/shard_feed.h
+
 // Where a box's bytes already are: leaf `leaf_path` (a key path,
 // LeafInfo::path) of pytree checkpointable `checkpointable` in the
 // committed checkpoint at `checkpoint`, in the save's own storage, as the
@@ -78,6 +80,11 @@ struct CheckpointablePayload {
   std::string meta_json;  // meta.json content (written by the primary)
   std::vector<ShardData> shards;  // kind "pytree": this process's shards
   std::string value;  // kind "json"/"bytes": value.json / value.bin content
+  // Kind "pytree", instead of `shards`: this process's shards, handed over
+  // while the save runs (shardkeep/shard_feed.h). The writers start on the
+  // first ones; each is checked against meta.json as it is taken. The save
+  // fails if the feed fails, or if no shard arrives for Options::timeout_s.
+  std::shared_ptr<ShardFeed> feed;
 };
 
 struct SaveRequest {

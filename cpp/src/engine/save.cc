@@ -16,8 +16,9 @@
 //      written, so it must describe everyone's shards).
 //  Background phase (a thread owned by the SaveHandle):
 //   3. Every process writes its chunks and its index into the temporary
-//      folder (WriteShards); the primary also writes the values of
-//      json/bytes checkpointables. Every process but the primary fsyncs
+//      folder (WriteShards; a part's feed is written as its shards arrive,
+//      each checked against meta.json then, see ShardFeed); the primary
+//      also writes the values of json/bytes checkpointables. Every process but the primary fsyncs
 //      its files here; the primary's are fsynced in step 5.
 //   4. Agreement "written".
 //   5. Primary: writes every meta.json, then _SHARDKEEP; fsyncs them, its
@@ -107,6 +108,7 @@
 #include "shardkeep/cancellation.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/checkpoint_root.h"
+#include "shardkeep/shard_feed.h"
 
 namespace shardkeep {
 namespace {
@@ -180,11 +182,27 @@ Status ValidateRequest(const SaveRequest& request) {
                                   part.kind + "' but its meta.json says '" +
                                   meta->kind + "'");
     }
+    if (part.feed && (part.kind != "pytree" || !part.shards.empty())) {
+      return InvalidArgumentError("checkpointable '" + part.name +
+                                  "' has a shard feed but is not a pytree or has shards too");
+    }
     for (const ShardData& shard : part.shards) {
       SK_RETURN_IF_ERROR(ValidateShard(part, *meta, shard));
     }
   }
   return Status::Ok();
+}
+
+// ValidateShard for a shard that arrives through the part's feed, which
+// plans no links from a base (ShardFeed).
+Status ValidateFedShard(const CheckpointablePayload& part,
+                        const format::CheckpointableMeta& meta, const ShardData& shard) {
+  if (shard.stored_in || shard.compare_with) {
+    return InvalidArgumentError("a shard of leaf #" + std::to_string(shard.leaf) + " of '" +
+                                part.name + "' names an earlier checkpoint, which a shard "
+                                "feed cannot take: give such shards in the request");
+  }
+  return ValidateShard(part, meta, shard);
 }
 
 std::string ValueFileName(const std::string& kind) {
@@ -200,6 +218,7 @@ uint64_t BytesToWrite(const std::vector<CheckpointablePayload>& parts,
     for (const ShardData& shard : part.shards) {
       total += shard.box.NumElements() * DTypeSize(shard.dtype);
     }
+    if (part.feed) total += part.feed->bytes_added();
     if (primary) total += part.value.size() + part.meta_json.size();
   }
   return total;
@@ -284,6 +303,14 @@ class SaveOperation {
       RemoveTemporaryDir();
     }
     return committed;
+  }
+
+  // The save has ended with `outcome`: its feeds take no more shards
+  // (ShardFeed::End), so that their producers stop staging.
+  void EndFeeds(const Status& outcome) {
+    for (const CheckpointablePayload& part : request_.parts) {
+      if (part.feed) part.feed->End(outcome);
+    }
   }
 
   // The commit record's created_ns (the primary's), once Prepare() succeeded.
@@ -555,6 +582,17 @@ class SaveOperation {
     if (part.kind == "pytree") {
       const int process = coordinator_->process_index();
       internal::ByteLimiter limiter(options_.ResolvedHostMemoryLimit());
+      if (part.feed) {
+        SK_ASSIGN_OR_RETURN(
+            std::shared_ptr<const format::CheckpointableMeta> meta,
+            internal::DecodeMetaCached(part.meta_json, part.name + "/meta.json"));
+        const internal::ShardCheck check = [&](const ShardData& shard) {
+          return ValidateFedShard(part, *meta, shard);
+        };
+        return internal::WriteShards(*storage_, dir, process, *part.feed, check, options_,
+                                     limiter, unsynced_)
+            .status();
+      }
       const bool reuses =
           std::any_of(part.shards.begin(), part.shards.end(), [](const ShardData& s) {
             return s.stored_in.has_value() || s.compare_with.has_value();
@@ -755,8 +793,12 @@ Result<std::unique_ptr<SaveHandle>> StartSave(
   if (coordinator == nullptr) coordinator = NewSingleProcessCoordinator();
   auto operation = std::make_shared<SaveOperation>(
       std::move(storage), std::move(coordinator), std::move(request), options);
-  SK_RETURN_IF_ERROR(internal::CallCatching(
-      "the blocking phase of the save of " + path, [&] { return operation->Prepare(); }));
+  const Status prepared = internal::CallCatching(
+      "the blocking phase of the save of " + path, [&] { return operation->Prepare(); });
+  if (!prepared.ok()) {
+    operation->EndFeeds(prepared);
+    return prepared;
+  }
   Future future;
   const CancellationToken token;
   auto cancel = [operation, token]() -> Status {
@@ -767,13 +809,17 @@ Result<std::unique_ptr<SaveHandle>> StartSave(
   try {
     thread = std::thread([operation, future, token, path] {
       CancellationScope scope(token);
-      future.Set(internal::CallCatching("the background phase of the save of " + path,
-                                        [&] { return operation->Run(); }));
+      const Status outcome = internal::CallCatching(
+          "the background phase of the save of " + path, [&] { return operation->Run(); });
+      operation->EndFeeds(outcome);
+      future.Set(outcome);
     });
   } catch (const std::system_error& e) {
     (void)operation->Abandon();
-    return ResourceExhaustedError("save of " + path +
-                                  ": cannot start its background thread: " + e.what());
+    const Status failed = ResourceExhaustedError(
+        "save of " + path + ": cannot start its background thread: " + e.what());
+    operation->EndFeeds(failed);
+    return failed;
   }
   return std::make_unique<SaveHandle>(std::make_unique<SaveHandle::State>(
       SaveHandle::State{future, std::move(thread), std::move(cancel),

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +23,7 @@
 #include "engine/sync_batch.h"
 #include "format/index.h"
 #include "shardkeep/cancellation.h"
+#include "shardkeep/shard_feed.h"
 
 namespace shardkeep::internal {
 namespace {
@@ -270,6 +273,80 @@ class ThreadWriter {
   std::unique_ptr<ZSTD_CCtx, ZstdContextDeleter> zstd_;
 };
 
+// Hands the chunks of a feed's shards to the writer threads as the shards
+// arrive: one thread at a time waits on the feed, the others for what it
+// takes. The shards stay here, where the tasks point, until the end.
+class ChunkQueue {
+ public:
+  ChunkQueue(ShardFeed& feed, const ShardCheck& check, const Options& options)
+      : feed_(feed), check_(check), options_(options),
+        cancelled_(CancellationScope::Current()) {}
+
+  // The next chunk to write; nullopt once every shard's chunks have been
+  // handed out. The feed's failure, a shard that fails the check, or the
+  // first writer's failure (Stop) fails every later call.
+  Result<std::optional<ChunkTask>> Next() {
+    std::unique_lock lock(mutex_);
+    while (tasks_.empty()) {
+      if (!failed_.ok()) return failed_;
+      if (drained_) return std::optional<ChunkTask>();
+      if (taking_) {
+        refilled_.wait(lock);
+        continue;
+      }
+      taking_ = true;
+      lock.unlock();
+      Result<std::vector<ShardData>> taken = feed_.Take(options_.timeout_s, [this] {
+        return cancelled_.cancelled() || stopped_.load();
+      });
+      Status checked = taken.status();
+      for (size_t i = 0; checked.ok() && i < taken->size(); ++i) checked = check_((*taken)[i]);
+      lock.lock();
+      taking_ = false;
+      if (!checked.ok()) {
+        if (failed_.ok()) failed_ = std::move(checked);
+      } else if (taken->empty()) {
+        drained_ = true;
+      } else {
+        for (const ShardData& shard : shards_.emplace_back(std::move(*taken))) {
+          if (shard.box.NumElements() == 0) continue;  // nothing to store
+          for (Box& box : SplitIntoChunks(shard.box, DTypeSize(shard.dtype),
+                                          options_.chunk_bytes)) {
+            tasks_.push_back({&shard, std::move(box)});
+          }
+        }
+      }
+      refilled_.notify_all();
+    }
+    ChunkTask task = std::move(tasks_.front());
+    tasks_.pop_front();
+    return std::optional<ChunkTask>(std::move(task));
+  }
+
+  // A writer failed: no more chunks are handed out, and a thread waiting on
+  // the feed gives up.
+  void Stop(const Status& failure) {
+    stopped_.store(true);
+    std::lock_guard lock(mutex_);
+    if (failed_.ok()) failed_ = failure;
+    refilled_.notify_all();
+  }
+
+ private:
+  ShardFeed& feed_;
+  const ShardCheck& check_;
+  const Options& options_;
+  const CancellationToken cancelled_;
+  std::atomic<bool> stopped_{false};
+  std::mutex mutex_;
+  std::condition_variable refilled_;
+  std::deque<std::vector<ShardData>> shards_;  // moved in whole: their elements stay put
+  std::deque<ChunkTask> tasks_;
+  bool taking_ = false;
+  bool drained_ = false;
+  Status failed_;
+};
+
 }  // namespace
 
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
@@ -291,27 +368,38 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 const Options& options, ByteLimiter& limiter,
                                 SyncBatch& unsynced,
                                 std::vector<format::ChunkRecord> linked) {
-  std::vector<ChunkTask> tasks;
+  ShardFeed feed;
+  uint64_t chunks = 0;  // at most this many (no thread is started for nothing)
   for (const ShardData& shard : shards) {
-    if (shard.box.NumElements() == 0) continue;  // nothing to store
-    for (Box& box : SplitIntoChunks(shard.box, DTypeSize(shard.dtype),
-                                    options.chunk_bytes)) {
-      tasks.push_back({&shard, std::move(box)});
-    }
+    const uint64_t bytes = shard.box.NumElements() * DTypeSize(shard.dtype);
+    chunks += (bytes + options.chunk_bytes - 1) / std::max<uint64_t>(options.chunk_bytes, 1);
   }
+  SK_RETURN_IF_ERROR(feed.Add(shards));
+  feed.Close();
+  const ShardCheck accept_all = [](const ShardData&) { return Status::Ok(); };
+  return WriteShards(storage, dir, process_index, feed, accept_all, options, limiter, unsynced,
+                     std::move(linked), chunks);
+}
+
+Result<std::string> WriteShards(Storage& storage, const std::string& dir,
+                                int process_index, ShardFeed& feed, const ShardCheck& check,
+                                const Options& options, ByteLimiter& limiter,
+                                SyncBatch& unsynced,
+                                std::vector<format::ChunkRecord> linked,
+                                uint64_t max_chunks) {
   // Each thread takes the next unclaimed chunk and appends it to its own
   // file, so large shards are spread over all threads, the load balances
   // itself, and no two threads share a file.
   const int wanted = options.io_threads > 0
                          ? options.io_threads
                          : std::max(options.ResolvedIoThreads(), storage.features().parallel_writes);
-  const int threads = std::max(1, std::min<int>(wanted, static_cast<int>(tasks.size())));
+  const int threads = static_cast<int>(std::clamp<uint64_t>(max_chunks, 1, wanted));
   uint32_t first_file = 0;
   for (const format::ChunkRecord& record : linked) {
     first_file = std::max(first_file, record.data_file + 1);
   }
   std::atomic<uint32_t> next_file{first_file};
-  std::atomic<size_t> next_task{0};
+  ChunkQueue queue(feed, check, options);
   std::vector<std::unique_ptr<ThreadWriter>> writers;
   std::vector<std::vector<format::ChunkRecord>> records(threads);
   std::vector<SyncBatch> written(threads);
@@ -321,14 +409,19 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
   }
   const CancellationToken cancelled = CancellationScope::Current();
   SK_RETURN_IF_ERROR(ParallelFor(threads, threads, [&](size_t t) -> Status {
-    for (size_t i; (i = next_task.fetch_add(1)) < tasks.size();) {
-      if (cancelled.cancelled()) {
-        return CancelledError("writing the shards of " + dir + " was cancelled");
+    Status status = [&]() -> Status {
+      while (true) {
+        if (cancelled.cancelled()) {
+          return CancelledError("writing the shards of " + dir + " was cancelled");
+        }
+        SK_ASSIGN_OR_RETURN(std::optional<ChunkTask> task, queue.Next());
+        if (!task) return Status::Ok();
+        SK_RETURN_IF_ERROR(writers[t]->Write(*task, records[t]));
       }
-      SK_RETURN_IF_ERROR(writers[t]->Write(tasks[i], records[t]));
-    }
+    }();
+    if (!status.ok()) queue.Stop(status);
     writers[t]->Finish(written[t]);
-    return Status::Ok();
+    return status;
   }, "writer thread of " + dir));
 
   std::vector<format::ChunkRecord> all = std::move(linked);

@@ -2,6 +2,9 @@
 // the index. Used by the save pipeline; knows nothing of the commit.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "format/index.h"
 #include "shardkeep/checkpoint.h"
 #include "shardkeep/options.h"
+#include "shardkeep/shard_feed.h"
 #include "shardkeep/storage.h"
 
 namespace shardkeep::internal {
@@ -44,5 +48,21 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 const Options& options, ByteLimiter& limiter,
                                 SyncBatch& unsynced,
                                 std::vector<format::ChunkRecord> linked = {});
+
+// Checks a shard before it is written (the save checks each against its
+// meta.json); an error fails the write.
+using ShardCheck = std::function<Status(const ShardData&)>;
+
+// The same with shards that arrive while the writers run: the writers take
+// chunks as the feed's producer adds shards, and end once it has closed
+// the feed and every chunk is written. `check` sees every shard first. A
+// writer's failure stops the others. `max_chunks` bounds the number of
+// writer threads where the caller knows how many chunks there are.
+Result<std::string> WriteShards(Storage& storage, const std::string& dir,
+                                int process_index, ShardFeed& feed, const ShardCheck& check,
+                                const Options& options, ByteLimiter& limiter,
+                                SyncBatch& unsynced,
+                                std::vector<format::ChunkRecord> linked = {},
+                                uint64_t max_chunks = std::numeric_limits<uint64_t>::max());
 
 }  // namespace shardkeep::internal

@@ -8,6 +8,7 @@ owns; the C++ writer then chunks, writes and commits on its own threads
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any, Callable, Mapping
@@ -89,7 +90,7 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     a registered kind's class by that kind, anything else as a pytree.
     Each checkpointable can later be loaded alone.
     """
-    path, options, start, _, arrays, recorded = _prepare(
+    path, options, start, _, staged, recorded = _prepare(
         path, items, options, custom_metadata, metrics, force, step, base, own_copies=False,
         asynchronous=False)
     # Queued like an async save (saves start in call order) and waited for
@@ -97,7 +98,20 @@ def save_checkpointables(path, items: Mapping[str, Any], *,
     # SaveFuture.result); the queue keeps it while its thread winds down.
     save = background_saves.start(start, path, options.timeout_s,
                                   on_finished=lambda error, _: recorded.ended(error))
-    _remember(path, arrays, save)
+    if staged.feed is not None:
+        try:
+            staged.feed()
+        except BaseException:
+            # The save ends committing nothing: its feeds failed, or it had
+            # failed first and refused the shards. Its end is waited for
+            # (and its error collected), so that nothing of it outlives
+            # this call.
+            try:
+                SaveFuture(save).result()
+            except Exception:
+                pass
+            raise
+    _remember(path, staged.arrays, save)
     SaveFuture(save).result()
 
 
@@ -132,7 +146,7 @@ def start_save(path, items: Mapping[str, Any], *, asynchronous: bool,
     save, so it reports the synchronous events, whose blocking duration
     runs to the commit.
     """
-    path, options, start, lease, arrays, recorded = _prepare(
+    path, options, start, lease, staged, recorded = _prepare(
         path, items, options, custom_metadata, metrics, force, step, base, own_copies=True,
         asynchronous=asynchronous)
     assert lease is not None  # own_copies
@@ -147,7 +161,7 @@ def start_save(path, items: Mapping[str, Any], *, asynchronous: bool,
         recorded.ended(error)
         return None if on_finished is None else on_finished(error, created_ns)
     save = background_saves.start(start, path, options.timeout_s, on_finished=finished)
-    _remember(path, arrays, save)
+    _remember(path, staged.arrays, save)
     return SaveFuture(save)
 
 
@@ -157,9 +171,10 @@ def _prepare(path, items, options, custom_metadata, metrics, force, step, base, 
 
     Returns the path, the resolved options, a function that starts the
     save in the core (returning its handle), with ``own_copies`` the lease
-    of the staging memory the shards were copied into, the arrays to
-    remember once the save is queued (``_remember``), and the save's
-    events (of an async save or a sync one), started here.
+    of the staging memory the shards were copied into, the ``Staged``
+    parts (without ``own_copies``, pytree parts may be fed once the save
+    has started: ``Staged.feed``), and the save's events (of an async save
+    or a sync one), started here.
     """
     path = os.fspath(path)
     recorded = events.SaveEvents(path, asynchronous=asynchronous)
@@ -184,11 +199,13 @@ def _stage_save(path: str, items, options, custom_metadata, metrics, force, step
     # In a multi-process job every process calls this with the same
     # arguments; the coordinator runs the commit protocol across them.
     coordinator = distributed.coordinator()
-    staged, lease = stage_parts(items, options, save_base.base_of(base, options), own_copies=own_copies)
+    # A synchronous save streams: its writers start while it is staged.
+    staged, lease = stage_parts(items, options, save_base.base_of(base, options),
+                                own_copies=own_copies, feeds=not own_copies)
     start = _starter(path, staged.parts, step=step, custom_metadata_json=custom_metadata_json,
                      metrics_json=metrics_json, force=force, options=options,
                      coordinator=coordinator)
-    return path, options, start, lease, staged.arrays
+    return path, options, start, lease, staged
 
 
 def _remember(path: str, arrays: dict[str, list], save: _core.QueuedSave) -> None:
@@ -205,10 +222,13 @@ class Staged:
     # Per pytree part, the arrays whose places are remembered once the save
     # is known (``shardkeep.base.unchanged``).
     arrays: dict[str, list[tuple[str, Any]]]
+    # With feeds: stages the fed parts' shards into their feeds, once the
+    # save has started (see ``stage_parts``).
+    feed: Callable[[], None] | None = None
 
 
 def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
-                base: save_base.Base | None = None, *, own_copies: bool
+                base: save_base.Base | None = None, *, own_copies: bool, feeds: bool = False
                 ) -> tuple[Staged, staging_pool.Lease | None]:
     """The ``_core.start_save`` parts of ``items``: this process's shards
     (the boxes it writes in a save of the whole job), staged; the arrays
@@ -220,6 +240,12 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
     overwrite its arrays. The copies run on native threads while the rest
     is staged (the buffer is sized from the plans first). Without, those
     shards must be written before the arrays change.
+
+    With ``feeds`` (and no ``base``, whose links the core plans from all
+    shards at once), each pytree part only gets its meta.json and a
+    ``_core.ShardFeed`` here; ``Staged.feed``, called once the save has
+    started, stages the shards into the feeds while the save's writers
+    write the first ones.
     """
     staged = Staged([], {})
     # Thousands of small objects: no collection in the blocking phase.
@@ -229,10 +255,21 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
         if own_copies:
             lease = staging_pool.lease(_staging_bytes(parts), reuse=options.reuse_staging_memory)
             copies = _core.StagingCopies(lease.buffer, host_copy.copy_thread_count())
+        fed: list[tuple[str, _core.ShardFeed, Callable[[], staging.StagedTree]]] = []
         try:
             for name, part, planned in parts:
                 if planned is None:
                     staged.parts.append(checkpointables.value_part(name, part))
+                    continue
+                if feeds and base is None:
+                    feed = _core.ShardFeed(name)
+                    meta_json = staging.meta_json_of(planned, part.registered_kind)
+                    staged.parts.append(_core.SavePart(name, "pytree", meta_json, feed=feed))
+                    fed.append((name, feed, functools.partial(
+                        staging.stage_pytree, part.value,
+                        replica_parallel=options.replica_parallel,
+                        registered_kind=part.registered_kind, checkpointable=name,
+                        planned=planned, feed=feed)))
                     continue
                 tree = staging.stage_pytree(
                     part.value, replica_parallel=options.replica_parallel,
@@ -250,7 +287,28 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
             raise
         if copies is not None:
             copies.finish()
+        if fed:
+            staged.feed = functools.partial(_feed_parts, fed, staged.arrays)
         return staged, lease
+
+
+def _feed_parts(fed: list[tuple[str, _core.ShardFeed, Callable[[], staging.StagedTree]]],
+                arrays: dict[str, list[tuple[str, Any]]]) -> None:
+    """Stages each fed part into its feed and closes it (``stage_parts``).
+    On any failure every feed fails, so the save commits nothing, and the
+    failure is raised."""
+    staging_now = ""
+    try:
+        with gc_paused():
+            for name, feed, stage in fed:
+                staging_now = name
+                arrays[name] = stage().arrays
+                feed.close()
+    except BaseException as e:
+        for _, feed, _ in fed:
+            feed.fail(f"staging the shards of {staging_now!r} failed: "
+                      f"{type(e).__name__}: {e}")
+        raise
 
 
 def prepare_staging(items: Mapping[str, Any], options: options_lib.Options) -> None:

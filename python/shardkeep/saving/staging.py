@@ -62,7 +62,8 @@ class StagedTree:
 def stage_pytree(tree: Any, *, replica_parallel: bool,
                  registered_kind: str | None = None, base: save_base.Base | None = None,
                  checkpointable: str = "state", planned: "Planned | None" = None,
-                 copies: _core.StagingCopies | None = None) -> StagedTree:
+                 copies: _core.StagingCopies | None = None,
+                 feed: _core.ShardFeed | None = None) -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
 
     ``replica_parallel`` splits each replicated box among the devices
@@ -81,6 +82,11 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     has it. With ``copies``, the boxes in the caller's host memory are
     copied into their staging buffer (an async save; the copies run on
     native threads while the rest is staged), else they are views of it.
+
+    With ``feed`` (a synchronous save already started, which plans no
+    links from a base), the shards go to the feed a group of leaves at a
+    time, about ``FEED_GROUP_BYTES`` each, so that the save's writers start
+    on the first leaves while later ones are staged; none are returned.
     """
     plan, values = planned if planned is not None else plan_pytree(tree, replica_parallel)
     for number in plan.array_leaves:
@@ -118,12 +124,18 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
             if not leaf.stage.on_host:
                 for device_array in of_leaf:
                     device_array.copy_to_host_async()
-        views = [of_leaf if leaf.stage.on_host else [np.asarray(a) for a in of_leaf]
-                 for leaf, of_leaf in zip(carved, views)]
+    if feed is not None:
+        feed.add(shards)  # sources: the writers produce them chunk by chunk
+        for group in _feed_groups(carved):
+            feed.add(_core.carve_shards([carved[i].layout for i in group],
+                                        [_host_views(carved[i], views[i]) for i in group]))
+        return StagedTree(plan.meta_json_for(values, registered_kind), [], arrays)
     # The caller's memory (on the CPU backend, donation reuses it) goes to
     # ``copies`` (each layout knows whether its views are that memory; on
     # accelerators they are fresh copies nobody else writes).
-    carved_shards = _core.carve_shards([leaf.layout for leaf in carved], views, copies)
+    carved_shards = _core.carve_shards(
+        [leaf.layout for leaf in carved],
+        [_host_views(leaf, of_leaf) for leaf, of_leaf in zip(carved, views)], copies)
     if compared:
         at = 0
         for leaf in carved:
@@ -134,6 +146,37 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
             at += count
     shards += carved_shards
     return StagedTree(plan.meta_json_for(values, registered_kind), shards, arrays)
+
+
+# About how many bytes of leaves a synchronous save's staging hands its
+# writers at a time: small enough that they start at once, large enough
+# that a group's native call costs little beside its writes.
+FEED_GROUP_BYTES = 4 << 20
+
+
+def _feed_groups(leaves: list["_Leaf"]) -> list[range]:
+    """``leaves``' indices, in order, in groups of about FEED_GROUP_BYTES."""
+    groups, start, size = [], 0, 0
+    for i, leaf in enumerate(leaves):
+        size += leaf.nbytes
+        if size >= FEED_GROUP_BYTES:
+            groups.append(range(start, i + 1))
+            start, size = i + 1, 0
+    if start < len(leaves):
+        groups.append(range(start, len(leaves)))
+    return groups
+
+
+def _host_views(leaf: "_Leaf", views: list) -> list:
+    """The host arrays of a leaf's views: themselves on the host, else the
+    device-to-host copies (waited for here)."""
+    return views if leaf.stage.on_host else [np.asarray(a) for a in views]
+
+
+def meta_json_of(planned: "Planned", registered_kind: str | None = None) -> str:
+    """The meta.json text of a planned tree (as ``stage_pytree`` gives it)."""
+    plan, values = planned
+    return plan.meta_json_for(values, registered_kind)
 
 
 Planned = tuple["_Plan", list]
@@ -201,6 +244,7 @@ class _Leaf(NamedTuple):  # a tuple: a tree's first save makes thousands
     stage: leaf_sources.LeafStage
     layout: _core.LeafLayout
     fills: bool            # an ArraySource, read by the writer threads
+    nbytes: int            # of the boxes this process writes
 
 
 @dataclasses.dataclass
@@ -283,11 +327,12 @@ def _make_plan(tree: Any, values: list | None, replica_parallel: bool
         metas_by_number[number] = meta
         if stage is not None:
             fills = isinstance(value, ArraySource)
+            itemsize = dtypes.from_name(meta.dtype).itemsize
+            sizes = [math.prod(shape) * itemsize for _, _, shape in stage.boxes]
             plan_leaves.append(_Leaf(index, number, meta.dtype, stage,
-                                     stage.layout(number, meta.dtype), fills))
+                                     stage.layout(number, meta.dtype), fills, sum(sizes)))
             if stage.on_host and not fills:
-                itemsize = dtypes.from_name(meta.dtype).itemsize
-                aliased_sizes += [math.prod(shape) * itemsize for _, _, shape in stage.boxes]
+                aliased_sizes += sizes
         comparable = unchanged.worth_comparing(value)
         if comparable:
             comparable_arrays.append(index)
