@@ -16,6 +16,7 @@
 #include "background_copy.h"
 #include "raise.h"
 #include "shard_objects.h"
+#include "shardkeep/alignment.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -233,12 +234,10 @@ nb::object CopiedBytes(const uint8_t* first, const Extents& shape,
   return out;
 }
 
-// Each piece of a staging buffer starts at a multiple of this, as every
-// buffer handed to XLA must (the CPU backend adopts only aligned ones).
-constexpr size_t kStagingAlignment = 64;
-
+// Each piece of a staging buffer starts at a multiple of kXlaAlignment, as
+// every buffer handed to XLA must (the CPU backend adopts only aligned ones).
 size_t Aligned(size_t offset) {
-  return (offset + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+  return (offset + kXlaAlignment - 1) / kXlaAlignment * kXlaAlignment;
 }
 
 // _core.StagingCopies: an async save's copies of the boxes that are the
@@ -369,6 +368,8 @@ nb::list CarveShards(const std::vector<const LeafLayout*>& layouts,
 }  // namespace
 
 void BindHostStaging(nb::module_& m) {
+  // The alignment of every host buffer handed to XLA (shardkeep/alignment.h).
+  m.attr("XLA_ALIGNMENT") = kXlaAlignment;
   nb::class_<LeafLayout>(
       m, "LeafLayout",
       "The boxes a save writes of one leaf and the host views they are carved from: views"

@@ -22,13 +22,12 @@
 #include "engine/parallel.h"
 #include "engine/sync_batch.h"
 #include "format/index.h"
+#include "shardkeep/alignment.h"
 #include "shardkeep/cancellation.h"
 #include "shardkeep/shard_feed.h"
 
 namespace shardkeep::internal {
 namespace {
-
-constexpr uint64_t kChunkAlignment = 64;
 
 struct ChunkTask {
   const ShardData* shard;
@@ -89,10 +88,10 @@ class ThreadWriter {
     record.stored_length = stored_length;
     record.checksum = XXH3_64bits(stored, stored_length);
     SK_RETURN_IF_ERROR(EnsureFile(stored_length));
-    // Each chunk starts at a multiple of kChunkAlignment, so that a reader
+    // Each chunk starts at a multiple of kXlaAlignment, so that a reader
     // can map it and hand it to XLA, which adopts only aligned buffers.
-    static constexpr uint8_t kZeros[kChunkAlignment] = {};
-    if (const uint64_t pad = -file_bytes_ % kChunkAlignment; pad != 0) {
+    static constexpr uint8_t kZeros[kXlaAlignment] = {};
+    if (const uint64_t pad = -file_bytes_ % kXlaAlignment; pad != 0) {
       SK_RETURN_IF_ERROR(file_->Append(kZeros, pad));
       file_bytes_ += pad;
     }

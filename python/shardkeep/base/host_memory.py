@@ -17,9 +17,12 @@ import mmap
 
 import numpy as np
 
+from .. import _core
+
 # XLA's CPU client adopts a host buffer without copying it only when its
-# address is a multiple of this; numpy's large allocations are 16 mod 64.
-XLA_ALIGNMENT = 64
+# address is a multiple of this (the core's rule, which also aligns every
+# chunk in a data file); numpy's large allocations are 16 mod 64.
+XLA_ALIGNMENT: int = _core.XLA_ALIGNMENT
 
 # Below one huge page a mapping cannot use one; numpy's allocator is cheaper.
 HUGE_PAGE_BYTES = 2 << 20
