@@ -28,8 +28,9 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 HEADLINE = "chart-W1.png"  # the chart bench/README.md shows
 
 MIB = 1 << 20
+# The order of ops in the charts and in RESULTS.md's tables (report.py).
 OP_ORDER = ["save", "async_save", "load", "load_cold", "load_warm", "reshard_cold",
-            "reshard_warm", "reload_warm", "stall", "stall_small"]
+            "reshard_warm", "reload_warm", "save_tiny", "stall", "stall_small"]
 SKIPPED_OPS = {"save_tiny"}  # a per-save fixed cost in ms: it would squash the axis
 # These move W1's state (as report.py and report_w5.py count them): no size of their own.
 SAME_STATE_AS = {"W3": "W1", "W4": "W1", "W5": "W1", "W10": "W1"}

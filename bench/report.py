@@ -210,10 +210,6 @@ def _cell(e):
     return text
 
 
-OP_ORDER = ["save", "async_save", "load", "load_cold", "load_warm", "reshard_cold",
-            "reshard_warm", "save_tiny"]
-
-
 def _workload_table(results, workload) -> list[str]:
     ops = results["summary"].get(workload, {})
     if not ops:
@@ -225,7 +221,7 @@ def _workload_table(results, workload) -> list[str]:
     ratio_cols += ["shardkeep ÷ floor"] if has_floor else []
     columns = (["floor"] if has_floor else []) + tools + ratio_cols
     lines = ["| op | " + " | ".join(columns) + " |", "|---" * (1 + len(columns)) + "|"]
-    for op in [o for o in OP_ORDER if o in ops]:
+    for op in [o for o in charts.OP_ORDER if o in ops]:
         per_tool = ops[op]
         if not any(t in per_tool for t in tools):
             continue
@@ -329,7 +325,7 @@ def _rss_table(results) -> list[str]:
     lines = ["| workload / op | " + " | ".join(tools) + " |", "|---" * (1 + len(tools)) + "|"]
     for workload in ("W1", "W3", "W4"):
         ops = results["summary"].get(workload, {})
-        for op in [o for o in OP_ORDER if o in ops]:
+        for op in [o for o in charts.OP_ORDER if o in ops]:
             per_tool = ops[op]
             if op == "save_tiny" or not any(t in per_tool for t in tools):
                 continue
