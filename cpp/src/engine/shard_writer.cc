@@ -367,17 +367,19 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 const Options& options, ByteLimiter& limiter,
                                 SyncBatch& unsynced,
                                 std::vector<format::ChunkRecord> linked) {
-  ShardFeed feed;
-  uint64_t chunks = 0;  // at most this many (no thread is started for nothing)
+  // No more writer threads than chunks: a shard has at least one chunk per
+  // chunk_bytes of it (none when empty), so a small save starts few.
+  uint64_t min_chunks = 0;
   for (const ShardData& shard : shards) {
     const uint64_t bytes = shard.box.NumElements() * DTypeSize(shard.dtype);
-    chunks += (bytes + options.chunk_bytes - 1) / std::max<uint64_t>(options.chunk_bytes, 1);
+    min_chunks += (bytes + options.chunk_bytes - 1) / std::max<uint64_t>(options.chunk_bytes, 1);
   }
+  ShardFeed feed;
   SK_RETURN_IF_ERROR(feed.Add(shards));
   feed.Close();
   const ShardCheck accept_all = [](const ShardData&) { return Status::Ok(); };
   return WriteShards(storage, dir, process_index, feed, accept_all, options, limiter, unsynced,
-                     std::move(linked), chunks);
+                     std::move(linked), min_chunks);
 }
 
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
@@ -385,14 +387,14 @@ Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 const Options& options, ByteLimiter& limiter,
                                 SyncBatch& unsynced,
                                 std::vector<format::ChunkRecord> linked,
-                                uint64_t max_chunks) {
+                                uint64_t max_threads) {
   // Each thread takes the next unclaimed chunk and appends it to its own
   // file, so large shards are spread over all threads, the load balances
   // itself, and no two threads share a file.
   const int wanted = options.io_threads > 0
                          ? options.io_threads
                          : std::max(options.ResolvedIoThreads(), storage.features().parallel_writes);
-  const int threads = static_cast<int>(std::clamp<uint64_t>(max_chunks, 1, wanted));
+  const int threads = static_cast<int>(std::clamp<uint64_t>(max_threads, 1, wanted));
   uint32_t first_file = 0;
   for (const format::ChunkRecord& record : linked) {
     first_file = std::max(first_file, record.data_file + 1);

@@ -56,13 +56,13 @@ using ShardCheck = std::function<Status(const ShardData&)>;
 // The same with shards that arrive while the writers run: the writers take
 // chunks as the feed's producer adds shards, and end once it has closed
 // the feed and every chunk is written. `check` sees every shard first. A
-// writer's failure stops the others. `max_chunks` bounds the number of
-// writer threads where the caller knows how many chunks there are.
+// writer's failure stops the others. At most `max_threads` writer threads
+// run (a caller that knows there is little to write starts fewer).
 Result<std::string> WriteShards(Storage& storage, const std::string& dir,
                                 int process_index, ShardFeed& feed, const ShardCheck& check,
                                 const Options& options, ByteLimiter& limiter,
                                 SyncBatch& unsynced,
                                 std::vector<format::ChunkRecord> linked = {},
-                                uint64_t max_chunks = std::numeric_limits<uint64_t>::max());
+                                uint64_t max_threads = std::numeric_limits<uint64_t>::max());
 
 }  // namespace shardkeep::internal
