@@ -113,7 +113,7 @@ def write(floor: Floor) -> dict:
     for streams in WRITE_STREAMS:
         for block in WRITE_BLOCKS:
             _settle_for_write(folder, floor.size)
-            configs[f"{streams}x{block // MIB}MiB"] = _write_streams(
+            configs[f"{streams}x{block // MIB}MiB"] = write_streams(
                 folder, floor.size, streams, data.data[:block])
     _settle_for_write(folder, 0)  # the last one's files go too: the reads write their own
     return _best(configs)
@@ -147,7 +147,7 @@ def _recycle(size: int) -> None:
         del touched
 
 
-def _write_streams(folder: str, size: int, streams: int, block: memoryview) -> float:
+def write_streams(folder: str, size: int, streams: int, block: memoryview) -> float:
     """Seconds for ``streams`` threads to write ``size`` bytes between them,
     each its own file, fsynced, then the folder fsynced. Threads suffice:
     os.pwrite and os.fsync release the GIL."""
@@ -156,7 +156,7 @@ def _write_streams(folder: str, size: int, streams: int, block: memoryview) -> f
     start = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
         list(pool.map(lambda job: _write_file(job[0], job[1], block), jobs))
-    _fsync_folder(folder)
+    fsync_folder(folder)
     return time.perf_counter() - start
 
 
@@ -171,7 +171,7 @@ def _write_file(name: str, length: int, block: memoryview) -> None:
         os.close(fd)
 
 
-def _fsync_folder(folder: str) -> None:
+def fsync_folder(folder: str) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -184,7 +184,7 @@ def _write_data_file(path: str, size: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     block = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8)
     _write_file(path, size, block.data)
-    _fsync_folder(os.path.dirname(path))
+    fsync_folder(os.path.dirname(path))
 
 
 # --- reads into a reused buffer -----------------------------------------
@@ -230,7 +230,7 @@ class Piece:
     at: int
 
 
-def _split(files: list[str], parts: int) -> list[list[Piece]]:
+def split_files(files: list[str], parts: int) -> list[list[Piece]]:
     """Each file cut into ``parts`` page-aligned ranges, part i of every
     file going to worker i, so that workers touch disjoint pages."""
     work: list[list[Piece]] = [[] for _ in range(parts)]
@@ -280,7 +280,7 @@ def _read_fresh(floor: Floor, cold: bool) -> dict:
             colds.append(evict(path, floor.drop_caches))
         else:
             warm(path)
-        parts = _split(files, threads)
+        parts = split_files(files, threads)
         start = time.perf_counter()
         buffer = np.empty(floor.size, np.uint8)
         _in_threads(threads, _read_pieces, parts, buffer.data)
@@ -328,7 +328,7 @@ def _map(floor: Floor, cold: bool) -> dict:
             colds.append(evict(path, floor.drop_caches))
         else:
             warm(path)
-        parts, maps = _split(files, threads), {}
+        parts, maps = split_files(files, threads), {}
         start = time.perf_counter()
         for name in files:
             if os.path.getsize(name):

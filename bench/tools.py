@@ -9,7 +9,8 @@ defaults and with their best documented tuning:
 - orbax: ``orbax`` is ``StandardCheckpointer`` as shipped (OCDBT on, zstd
   compression on); ``orbax-nocompress`` turns compression off;
   ``orbax-tuned`` also raises the in-flight byte limits
-  (save/restore_concurrent_gb) past the state size.
+  (save/restore_concurrent_gb) past the state size. On GPUs Orbax stages
+  through pinned host memory by default, as shardkeep does.
 - DCP: ``dcp`` is ``FileSystemWriter`` with its defaults (one thread,
   sync_files=True); ``dcp-tuned`` uses thread_count = cores. On an
   ``s3://`` path (W5) DCP goes through fsspec: ``FsspecWriter`` /
@@ -32,8 +33,8 @@ import object_stores
 import s3_objects
 import workloads
 
-JAX_TOOLS = ("shardkeep", "shardkeep-zstd", "shardkeep-baseline", "orbax", "orbax-nocompress",
-             "orbax-tuned")
+JAX_TOOLS = ("shardkeep", "shardkeep-zstd", "shardkeep-baseline", "shardkeep-pageable", "orbax",
+             "orbax-nocompress", "orbax-tuned")
 TORCH_TOOLS = ("dcp", "dcp-tuned")
 PEER_OF = {"orbax": "orbax", "orbax-nocompress": "orbax", "orbax-tuned": "orbax",
            "dcp": "dcp", "dcp-tuned": "dcp"}
@@ -41,7 +42,10 @@ PEER_OF = {"orbax": "orbax", "orbax-nocompress": "orbax", "orbax-tuned": "orbax"
 
 def make(name: str):
     if name.startswith("shardkeep"):
-        return Shardkeep(compression="zstd" if name.endswith("zstd") else None)
+        # shardkeep-pageable: device-to-host copies into pageable memory
+        # (bench/gpu.py's A/B of pinned staging; the same as shardkeep on CPUs).
+        return Shardkeep(compression="zstd" if name.endswith("zstd") else None,
+                         pinned_host_staging=False if name.endswith("pageable") else None)
     if name.startswith("orbax"):
         return Orbax(compression=name == "orbax", concurrent_gb=1024 if name == "orbax-tuned" else None)
     if name.startswith("dcp"):
@@ -57,10 +61,12 @@ def block_until_ready(tree):
 class Shardkeep:
     framework = "jax"
 
-    def __init__(self, compression):
+    def __init__(self, compression, pinned_host_staging=None):
         import shardkeep
         self.sk = shardkeep
-        self.options = shardkeep.Options(compression=compression)
+        # Only named when set: a baseline build may predate the option.
+        pinned = {} if pinned_host_staging is None else {"pinned_host_staging": pinned_host_staging}
+        self.options = shardkeep.Options(compression=compression, **pinned)
 
     def version(self) -> str:
         from importlib.metadata import version

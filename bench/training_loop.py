@@ -56,14 +56,14 @@ def run(tool, op: str, scale: str, folder: str, reset_peak_rss, status_kib) -> d
         _return_freed_memory()
         loop_rss = status_kib("VmRSS")
         reset_peak_rss()
-        baseline, saves, expected, path = _loop(tool, loop, folder)
+        baseline, saves, expected, path = run_loop(tool, loop, folder)
         peak = status_kib("VmHWM")
         loop.release()
         target = tools.target_for(tool, workload, scale, "fsdp")
         verified = loop.matches(tool.load(path, target), expected)
     tool.close()
     shutil.rmtree(folder, ignore_errors=True)
-    return _summary(baseline, saves) | {
+    return summary(baseline, saves) | {
         "state": workload, "bytes": workloads.state_bytes(workload, scale),
         "peak_rss_kib": peak, "loop_rss_kib": loop_rss, "verified": verified,
         "warnings": sorted({str(w.message)[:300] for w in caught})}
@@ -79,11 +79,11 @@ def _return_freed_memory() -> None:
         pass
 
 
-def _loop(tool, loop, folder):
+def run_loop(tool, loop, folder, save_count: int = SAVES):
     """The training loop; returns the plain steps' times, each save's
     times, the leaves as of the last save call and that checkpoint's path."""
     baseline, saves, previous = [], [], None
-    for i in range(SAVES):
+    for i in range(save_count):
         for _ in range(SETTLE_STEPS if i else 0):
             loop.step()
         for _ in range(BASELINE_STEPS):
@@ -109,7 +109,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def _summary(baseline: list[float], saves: list[dict]) -> dict:
+def summary(baseline: list[float], saves: list[dict]) -> dict:
     base = statistics.median(baseline)
     for s in saves:
         s["slowdown"] = max(0.0, s["step_after"] - base)
@@ -144,10 +144,13 @@ class JaxLoop:
     """The state as jax.Arrays; the update is jitted, donates its input and
     keeps every leaf's sharding."""
 
-    def __init__(self, tool, workload: str, scale: str):
+    def __init__(self, tool, workload: str, scale: str, state=None):
+        """``state``: the workload's state, built elsewhere (bench/gpu.py
+        makes it on the accelerator); by default the suite's own."""
         import jax
         self.jax = jax
-        self.state = jax.block_until_ready(tools.state_for(tool, workload, scale))
+        self.state = jax.block_until_ready(
+            tools.state_for(tool, workload, scale) if state is None else state)
         shardings = jax.tree.map(lambda x: x.sharding, self.state)
         self._update = jax.jit(_jax_update, donate_argnums=0, out_shardings=shardings)
         self.paths = check_paths(workload, scale)
@@ -185,11 +188,12 @@ def _jax_update(state):
 class TorchLoop:
     """The state as a torch state_dict, updated in place."""
 
-    def __init__(self, tool, workload: str, scale: str):
+    def __init__(self, tool, workload: str, scale: str, state=None):
         import torch
         self.torch = torch
-        self.state = tools.state_for(tool, workload, scale)
+        self.state = tools.state_for(tool, workload, scale) if state is None else state
         self.tensors = list(tensors(self.state))
+        self.on_gpu = any(t.is_cuda for t in self.tensors)
         self.paths = check_paths(workload, scale)
 
     def step(self):
@@ -199,6 +203,8 @@ class TorchLoop:
                     t.mul_(0.999).add_(0.001)
                 else:
                     t.add_(1)
+        if self.on_gpu:  # the kernels run after the launches return
+            self.torch.cuda.synchronize()
 
     def snapshot(self) -> dict:
         return {path: get_leaf(self.state, path).clone() for path in self.paths}

@@ -23,6 +23,7 @@ LLAMA_SCALES = {
     "tiny": (128, 352, 2048, 16),      # ~40 MiB state, for smoke tests
     "small": (320, 896, 8192, 16),     # ~245 MiB
     "full": (1344, 3584, 32000, 16),   # ~4.0 GiB
+    "gpu": (2944, 7808, 32000, 16),    # ~16.3 GiB, one accelerator's state (bench/gpu.py)
 }
 SMALL_LEAF_COUNT = 2000
 # W7: W1's parameter shapes with this many times its layers, bfloat16 only,

@@ -65,6 +65,15 @@ class Options:
         of the state, held between saves. False: a save stages into fresh
         memory, freed when it finishes. ``shardkeep.release_staging_memory()``
         and ``CheckpointManager.close()`` free the kept memory.
+      pinned_host_staging: a save's device-to-host copies (arrays on an
+        accelerator) go into pinned host memory (JAX's ``pinned_host``
+        memory kind), all started before any is waited for: the copy
+        engines then run at the link's speed, and the runtime reuses its
+        pinned memory from one save to the next. None (the default): on
+        for GPUs, off for TPUs, whose pinned host memory is a smaller
+        pool the device manages. False: each array's own copy into
+        pageable memory. No effect on the CPU backend, whose arrays are
+        already in host memory (docs/ACCELERATORS.md).
       compare_with_base: a save with a base (``base=``; under a manager,
         the previous step) also compares the arrays not known to be stored
         there (a numpy array, an array a function rebuilt with the same
@@ -105,6 +114,7 @@ class Options:
     map_files: bool = True
     donate_target: bool = False
     reuse_staging_memory: bool = True
+    pinned_host_staging: bool | None = None
     compare_with_base: bool = False
     broadcast_load: bool | None = None
     s3: S3Settings | None = None

@@ -269,12 +269,13 @@ def stage_parts(items: Mapping[str, Any], options: options_lib.Options,
                         staging.stage_pytree, part.value,
                         replica_parallel=options.replica_parallel,
                         registered_kind=part.registered_kind, checkpointable=name,
-                        planned=planned, feed=feed)))
+                        planned=planned, feed=feed,
+                        pinned_host=options.pinned_host_staging)))
                     continue
                 tree = staging.stage_pytree(
                     part.value, replica_parallel=options.replica_parallel,
                     registered_kind=part.registered_kind, base=base, checkpointable=name,
-                    planned=planned, copies=copies)
+                    planned=planned, copies=copies, pinned_host=options.pinned_host_staging)
                 staged.parts.append(_core.SavePart(name, "pytree", tree.meta_json,
                                                    shards=tree.shards))
                 staged.arrays[name] = tree.arrays

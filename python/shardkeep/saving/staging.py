@@ -2,7 +2,8 @@
 
 Produces the meta.json text and the ``_core.Shard``s ``_core.start_save``
 takes. Device-to-host copies of all planned shards are started before
-any is waited for, so that they overlap.
+any is waited for, so that they overlap; on GPUs they go into pinned host
+memory (``device_copies``).
 
 Planning (flattening the tree into meta.json's structure, describing each
 leaf, choosing the boxes this process writes) costs tens of microseconds
@@ -30,8 +31,7 @@ from .. import _core
 from ..base import dtypes, tree_codec, unchanged
 from ..base.array_source import ArraySource
 from ..errors import ShardkeepError
-from . import leaf_sources, save_base
-
+from . import device_copies, leaf_sources, save_base
 # Plans of recently saved trees; a few, for jobs that save several trees.
 _MAX_PLANS = 8
 _plans: dict[tuple, "_Plan"] = {}
@@ -63,7 +63,8 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
                  registered_kind: str | None = None, base: save_base.Base | None = None,
                  checkpointable: str = "state", planned: "Planned | None" = None,
                  copies: _core.StagingCopies | None = None,
-                 feed: _core.ShardFeed | None = None) -> StagedTree:
+                 feed: _core.ShardFeed | None = None,
+                 pinned_host: bool | None = None) -> StagedTree:
     """Plans and stages the save of ``tree`` (see ``StagedTree``).
 
     ``replica_parallel`` splits each replicated box among the devices
@@ -87,6 +88,9 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     links from a base), the shards go to the feed a group of leaves at a
     time, about ``FEED_GROUP_BYTES`` each, so that the save's writers start
     on the first leaves while later ones are staged; none are returned.
+
+    ``pinned_host`` is ``Options.pinned_host_staging``: whether the boxes
+    on accelerators are copied into pinned host memory.
     """
     plan, values = planned if planned is not None else plan_pytree(tree, replica_parallel)
     for number in plan.array_leaves:
@@ -119,23 +123,21 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
             carved.append(leaf)
     views: list[list] = [leaf.stage.views(values[leaf.value_index]) for leaf in carved]
     if not plan.all_on_host:
-        # Every device-to-host copy is started before any is waited for.
-        for leaf, of_leaf in zip(carved, views):
-            if not leaf.stage.on_host:
-                for device_array in of_leaf:
-                    device_array.copy_to_host_async()
+        device_copies.start([of_leaf for leaf, of_leaf in zip(carved, views)
+                             if not leaf.stage.on_host], pinned_host)
     if feed is not None:
         feed.add(shards)  # sources: the writers produce them chunk by chunk
         for group in _feed_groups(carved):
             feed.add(_core.carve_shards([carved[i].layout for i in group],
-                                        [_host_views(carved[i], views[i]) for i in group]))
+                                        [device_copies.host_views(carved[i].stage.on_host, views[i]) for i in group]))
         return StagedTree(plan.meta_json_for(values, registered_kind), [], arrays)
     # The caller's memory (on the CPU backend, donation reuses it) goes to
     # ``copies`` (each layout knows whether its views are that memory; on
     # accelerators they are fresh copies nobody else writes).
     carved_shards = _core.carve_shards(
         [leaf.layout for leaf in carved],
-        [_host_views(leaf, of_leaf) for leaf, of_leaf in zip(carved, views)], copies)
+        [device_copies.host_views(leaf.stage.on_host, of_leaf)
+         for leaf, of_leaf in zip(carved, views)], copies)
     if compared:
         at = 0
         for leaf in carved:
@@ -165,12 +167,6 @@ def _feed_groups(leaves: list["_Leaf"]) -> list[range]:
     if start < len(leaves):
         groups.append(range(start, len(leaves)))
     return groups
-
-
-def _host_views(leaf: "_Leaf", views: list) -> list:
-    """The host arrays of a leaf's views: themselves on the host, else the
-    device-to-host copies (waited for here)."""
-    return views if leaf.stage.on_host else [np.asarray(a) for a in views]
 
 
 def meta_json_of(planned: "Planned", registered_kind: str | None = None) -> str:

@@ -1,0 +1,70 @@
+"""bench/gpu.py, the accelerator benchmark, runs unchanged on CPU devices:
+at the tiny scale every measurement is taken, every tool's data checks
+out, the targets are computed, and bench/report_gpu.py renders them. The
+device machine's lease is short; this is where the script is proven."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(REPO, "bench")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu-bench")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = ""  # one device, as the accelerator machine has
+    done = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "gpu.py"), "--scale", "tiny",
+         "--out", str(folder / "gpu.json"), "--root", str(folder / "root"),
+         "--budget-s", "900"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(folder / "gpu.json") as f:
+        return folder, json.load(f)
+
+
+def test_every_measurement_is_taken_and_checked(run):
+    _, results = run
+    assert results["errors"] == {}
+    assert results["skipped"] == []
+    assert results["environment"]["devices"] == 1
+    floors = results["floors"]
+    for name in ("d2h_pinned", "d2h_pageable"):
+        assert floors["jax"][name]["seconds"] > 0
+    assert set(floors["jax"]["h2d"]) == {"pageable", "pinned"}
+    # shardkeep's pinned staging takes numpy views of pinned arrays.
+    assert floors["jax"]["pinned_numpy_is_a_view"] is True
+    for name in ("write", "read_warm", "read_cold"):
+        assert floors["disk"][name]["seconds"] > 0
+    assert set(results["stall"]) == {"shardkeep", "orbax-tuned", "dcp-tuned",
+                                     "shardkeep-pageable"}
+    for name, stall in results["stall"].items():
+        assert stall["verified"] is True, name
+        assert len(stall["saves"]) == results["config"]["stall_saves"]
+    state_bytes = results["config"]["state_bytes"]
+    for tool in ("shardkeep", "orbax-tuned", "dcp-tuned", "safetensors"):
+        assert results["save"][tool]["bytes_on_disk"] >= state_bytes, tool
+        for load in ("load_warm", "load_cold"):
+            assert results[load][tool]["verified"] is True, (load, tool)
+    assert results["profile"]["blocking_seconds"] > 0
+    assert any("save_async" in line for line in results["profile"]["cprofile_top"])
+    assert all(value is not None for value in results["targets"].values())
+
+
+def test_the_report_renders_every_table(run):
+    folder, _ = run
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "report_gpu.py"), str(folder)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = (folder / "RESULTS.md").read_text()
+    for heading in ("## Targets", "## Floors", "## Training stall", "## Durable save"):
+        assert heading in text
+    for tool in ("shardkeep", "orbax-tuned", "dcp-tuned", "safetensors"):
+        assert f"| {tool} |" in text
+    assert "WRONG DATA" not in text and "failed" not in text
