@@ -184,7 +184,8 @@ class Safetensors:
     def save(self, path, state):
         os.makedirs(path, exist_ok=True)
         name = os.path.join(path, self.file)
-        self.st.save_file(gpu_state.torch_flat(state), name)
+        # The library writes host tensors: the device-to-host copy is part of its save.
+        self.st.save_file({k: v.cpu() for k, v in gpu_state.torch_flat(state).items()}, name)
         fd = os.open(name, os.O_RDONLY)
         try:
             os.fsync(fd)

@@ -68,3 +68,25 @@ def test_the_report_renders_every_table(run):
     for tool in ("shardkeep", "orbax-tuned", "dcp-tuned", "safetensors"):
         assert f"| {tool} |" in text
     assert "WRONG DATA" not in text and "failed" not in text
+
+
+def test_a_short_lease_skips_steps_and_still_leaves_results(tmp_path):
+    """With almost no time left every step that needs some is skipped and
+    listed; the JSON and its report are whole."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    done = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "gpu.py"), "--scale", "tiny",
+         "--out", str(tmp_path / "gpu.json"), "--root", str(tmp_path / "root"),
+         "--budget-s", "0.5"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "gpu.json").read_text())
+    skipped = " ".join(results["skipped"])
+    for step in ("stall/shardkeep", "stall/orbax-tuned", "stall/dcp-tuned", "save/shardkeep",
+                 "save/safetensors", "profile"):
+        assert step in skipped, step
+    assert "stall" not in results and "save" not in results
+    assert results["targets"]["stall_over_best_peer"] is None
+    subprocess.run([sys.executable, os.path.join(BENCH, "report_gpu.py"), str(tmp_path)],
+                   check=True, timeout=60)
+    assert "## Skipped for time" in (tmp_path / "RESULTS.md").read_text()
