@@ -91,7 +91,9 @@ class Run:
         self.results["wall_seconds"] = time.perf_counter() - self.started
         temporary = self.out + ".tmp"
         with open(temporary, "w") as f:
-            json.dump(self.results, f, indent=1, default=str)
+            # Anything else is named, never printed: the repr of a device
+            # array would copy it to the host.
+            json.dump(self.results, f, indent=1, default=lambda o: f"<{type(o).__name__}>")
         os.replace(temporary, self.out)
 
     def measure(self, keys: tuple[str, ...], fn, needs_s: float = 0.0):
@@ -228,15 +230,23 @@ def _bytes_under(path: str) -> int:
 
 # --- the stall ------------------------------------------------------------------
 
-def stall(name: str, state, scale: str, root: str) -> tuple[dict, object]:
-    """The training loop with ``name``'s async saves; returns its summary
-    (the last checkpoint checked leaf by leaf) and the state after it."""
+class Live:
+    """The state the run trains and saves. A training loop donates the
+    arrays it is given: it leaves the ones it made here, also when it fails."""
+
+    def __init__(self, state):
+        self.state = state
+
+
+def stall(name: str, live: Live, scale: str, root: str) -> dict:
+    """The training loop with ``name``'s async saves; its summary, the last
+    checkpoint checked leaf by leaf."""
     tool = make_tool(name)
     folder = os.path.join(root, "stall", name)
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     loop_type = training_loop.TorchLoop if tool.framework == "torch" else training_loop.JaxLoop
-    loop = loop_type(tool, gpu_state.WORKLOAD, scale, state=state)
+    loop = loop_type(tool, gpu_state.WORKLOAD, scale, state=live.state)
     tool.prepare("async_save")
     try:
         for _ in range(training_loop.WARMUP_STEPS):
@@ -244,14 +254,12 @@ def stall(name: str, state, scale: str, root: str) -> tuple[dict, object]:
         baseline, saves, expected, path = training_loop.run_loop(tool, loop, folder, STALL_SAVES)
         target = (gpu_state.torch_target(scale) if tool.framework == "torch"
                   else gpu_state.jax_target(scale))
-        loaded = tool.load(path, target)
-        verified = loop.matches(loaded, expected)
-        del loaded, target
-        state = loop.state
+        verified = loop.matches(tool.load(path, target), expected)
     finally:
+        live.state = loop.state
         tool.close()
         shutil.rmtree(folder, ignore_errors=True)
-    return training_loop.summary(baseline, saves) | {"verified": verified}, state
+    return training_loop.summary(baseline, saves) | {"verified": verified}
 
 
 # --- save and loads ----------------------------------------------------------------
@@ -387,8 +395,9 @@ def main(argv=None) -> int:
                              "stall_saves": STALL_SAVES})
     run.measure(("environment",), lambda: environment(root, args.drop_caches))
 
-    state = gpu_state.jax_state(scale)
-    run.measure(("floors", "jax"), lambda: gpu_floors.all_transfers(gpu_state.jax_arrays(state)))
+    live = Live(gpu_state.jax_state(scale))
+    run.measure(("floors", "jax"),
+                lambda: gpu_floors.all_transfers(gpu_state.jax_arrays(live.state)))
     disk = run.measure(("floors", "disk"),
                        lambda: gpu_floors.disk(os.path.join(root, "floor"), nbytes,
                                                args.drop_caches))
@@ -398,37 +407,27 @@ def main(argv=None) -> int:
     stall_needs = STALL_SAVES * (write_s + 2) + read_s
     for name in ("shardkeep", "orbax-tuned"):
         factor = 1.0 if name == "shardkeep" else SLOWER_THAN_FLOOR
-        result = run.measure(("stall", name), lambda name=name: stall(name, state, scale, root),
-                             needs_s=factor * stall_needs)
-        if result is not None:
-            run.record(("stall", name), result[0])
-            state = result[1]
+        run.measure(("stall", name), lambda name=name: stall(name, live, scale, root),
+                    needs_s=factor * stall_needs)
     for name in ("shardkeep", "orbax-tuned"):
-        save_and_load(run, name, state, scale, root, args.drop_caches, write_s, read_s)
-    run.measure(("profile",), lambda: profile(state, root, os.path.dirname(out), args.trace),
+        save_and_load(run, name, live.state, scale, root, args.drop_caches, write_s, read_s)
+    run.measure(("profile",), lambda: profile(live.state, root, os.path.dirname(out), args.trace),
                 needs_s=3 * write_s + 10)
-    del state
 
-    torch_state = gpu_state.torch_state(scale)
-    run.measure(("floors", "torch"),
-                lambda: gpu_floors.torch_transfers(list(gpu_state.torch_flat(torch_state).values())))
-    result = run.measure(("stall", "dcp-tuned"),
-                         lambda: stall("dcp-tuned", torch_state, scale, root),
-                         needs_s=SLOWER_THAN_FLOOR * stall_needs)
-    if result is not None:
-        run.record(("stall", "dcp-tuned"), result[0])
-        torch_state = result[1]
+    live.state = None  # the JAX state is freed before torch's is made
+    live.state = gpu_state.torch_state(scale)
+    run.measure(("floors", "torch"), lambda: gpu_floors.torch_transfers(
+        list(gpu_state.torch_flat(live.state).values())))
+    run.measure(("stall", "dcp-tuned"), lambda: stall("dcp-tuned", live, scale, root),
+                needs_s=SLOWER_THAN_FLOOR * stall_needs)
     for name in ("dcp-tuned", "safetensors"):
-        save_and_load(run, name, torch_state, scale, root, args.drop_caches, write_s, read_s)
-    torch_state = None  # freed before the last JAX step
-    _free_torch_memory()
+        save_and_load(run, name, live.state, scale, root, args.drop_caches, write_s, read_s)
 
-    state = gpu_state.jax_state(scale)
-    result = run.measure(("stall", "shardkeep-pageable"),
-                         lambda: stall("shardkeep-pageable", state, scale, root),
-                         needs_s=stall_needs)
-    if result is not None:
-        run.record(("stall", "shardkeep-pageable"), result[0])
+    live.state = None
+    _free_torch_memory()
+    live.state = gpu_state.jax_state(scale)
+    run.measure(("stall", "shardkeep-pageable"),
+                lambda: stall("shardkeep-pageable", live, scale, root), needs_s=stall_needs)
     run.record(("targets",), targets(run.results))
     shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"targets": run.results["targets"], "skipped": run.results["skipped"],

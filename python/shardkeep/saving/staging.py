@@ -32,6 +32,7 @@ from ..base import dtypes, tree_codec, unchanged
 from ..base.array_source import ArraySource
 from ..errors import ShardkeepError
 from . import device_copies, leaf_sources, save_base
+
 # Plans of recently saved trees; a few, for jobs that save several trees.
 _MAX_PLANS = 8
 _plans: dict[tuple, "_Plan"] = {}
@@ -128,8 +129,9 @@ def stage_pytree(tree: Any, *, replica_parallel: bool,
     if feed is not None:
         feed.add(shards)  # sources: the writers produce them chunk by chunk
         for group in _feed_groups(carved):
-            feed.add(_core.carve_shards([carved[i].layout for i in group],
-                                        [device_copies.host_views(carved[i].stage.on_host, views[i]) for i in group]))
+            feed.add(_core.carve_shards(
+                [carved[i].layout for i in group],
+                [device_copies.host_views(carved[i].stage.on_host, views[i]) for i in group]))
         return StagedTree(plan.meta_json_for(values, registered_kind), [], arrays)
     # The caller's memory (on the CPU backend, donation reuses it) goes to
     # ``copies`` (each layout knows whether its views are that memory; on
