@@ -14,19 +14,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BENCH = os.path.join(REPO, "bench")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gpu-bench")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["XLA_FLAGS"] = ""  # one device, as the accelerator machine has
+def _run_bench(folder, budget_s: float) -> dict:
+    """bench/gpu.py at tiny scale on one CPU device (as the accelerator
+    machine has one GPU); its results."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     done = subprocess.run(
         [sys.executable, os.path.join(BENCH, "gpu.py"), "--scale", "tiny",
          "--out", str(folder / "gpu.json"), "--root", str(folder / "root"),
-         "--budget-s", "900"],
+         "--budget-s", str(budget_s)],
         env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    with open(folder / "gpu.json") as f:
-        return folder, json.load(f)
+    return json.loads((folder / "gpu.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu-bench")
+    return folder, _run_bench(folder, budget_s=900)
 
 
 def test_every_measurement_is_taken_and_checked(run):
@@ -73,14 +77,7 @@ def test_the_report_renders_every_table(run):
 def test_a_short_lease_skips_steps_and_still_leaves_results(tmp_path):
     """With almost no time left every step that needs some is skipped and
     listed; the JSON and its report are whole."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-    done = subprocess.run(
-        [sys.executable, os.path.join(BENCH, "gpu.py"), "--scale", "tiny",
-         "--out", str(tmp_path / "gpu.json"), "--root", str(tmp_path / "root"),
-         "--budget-s", "0.5"],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = json.loads((tmp_path / "gpu.json").read_text())
+    results = _run_bench(tmp_path, budget_s=0.5)
     skipped = " ".join(results["skipped"])
     for step in ("stall/shardkeep", "stall/orbax-tuned", "stall/dcp-tuned", "save/shardkeep",
                  "save/safetensors", "profile"):
