@@ -310,7 +310,6 @@ def profile(state, root: str, out_dir: str, trace: bool) -> dict:
     """One shardkeep async save (after one that warms it up): its blocking
     phase under cProfile, the top functions by cumulative time; with
     ``trace``, the same save under JAX's profiler too, packed as one tar."""
-    import jax
     import shardkeep as sk
     folder = os.path.join(root, "profile")
     shutil.rmtree(folder, ignore_errors=True)
@@ -326,16 +325,28 @@ def profile(state, root: str, out_dir: str, trace: bool) -> dict:
     pstats.Stats(profiler, stream=text).strip_dirs().sort_stats("cumulative").print_stats(30)
     out = {"blocking_seconds": blocking, "cprofile_top": text.getvalue().splitlines()[:80]}
     if trace:
-        trace_dir = os.path.join(root, "trace")
-        shutil.rmtree(trace_dir, ignore_errors=True)
-        with jax.profiler.trace(trace_dir):
-            sk.save_async(os.path.join(folder, "traced"), state).result()
-        archive = os.path.join(out_dir, "trace.tar.gz")
-        with tarfile.open(archive, "w:gz") as tar:
-            tar.add(trace_dir, arcname="trace")
-        out["trace"] = os.path.basename(archive)
+        try:  # the profiler needs CUPTI on GPUs: its failure keeps the rest
+            out["trace"] = _traced_save(state, folder, root, out_dir)
+        except Exception as e:
+            out["trace_error"] = f"{type(e).__name__}: {e}"[:2000]
     shutil.rmtree(folder, ignore_errors=True)
     return out
+
+
+def _traced_save(state, folder: str, root: str, out_dir: str) -> str:
+    """One async save under JAX's profiler; the trace's folder packed as
+    one file under ``out_dir`` (the device tool brings back files, not
+    deep folders). Returns the file's name."""
+    import jax
+    import shardkeep as sk
+    trace_dir = os.path.join(root, "trace")
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    with jax.profiler.trace(trace_dir):
+        sk.save_async(os.path.join(folder, "traced"), state).result()
+    archive = os.path.join(out_dir, "trace.tar.gz")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(trace_dir, arcname="trace")
+    return os.path.basename(archive)
 
 
 # --- targets -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -14,14 +15,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BENCH = os.path.join(REPO, "bench")
 
 
-def _run_bench(folder, budget_s: float) -> dict:
+def _run_bench(folder, budget_s: float, *flags: str) -> dict:
     """bench/gpu.py at tiny scale on one CPU device (as the accelerator
     machine has one GPU); its results."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     done = subprocess.run(
         [sys.executable, os.path.join(BENCH, "gpu.py"), "--scale", "tiny",
          "--out", str(folder / "gpu.json"), "--root", str(folder / "root"),
-         "--budget-s", str(budget_s)],
+         "--budget-s", str(budget_s), *flags],
         env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads((folder / "gpu.json").read_text())
@@ -30,11 +31,11 @@ def _run_bench(folder, budget_s: float) -> dict:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpu-bench")
-    return folder, _run_bench(folder, budget_s=900)
+    return folder, _run_bench(folder, 900, "--trace")
 
 
 def test_every_measurement_is_taken_and_checked(run):
-    _, results = run
+    folder, results = run
     assert results["errors"] == {}
     assert results["skipped"] == []
     assert results["environment"]["devices"] == 1
@@ -58,6 +59,10 @@ def test_every_measurement_is_taken_and_checked(run):
             assert results[load][tool]["verified"] is True, (load, tool)
     assert results["profile"]["blocking_seconds"] > 0
     assert any("save_async" in line for line in results["profile"]["cprofile_top"])
+    # JAX's trace of one save, packed as one file beside the results.
+    assert results["profile"]["trace"] == "trace.tar.gz"
+    with tarfile.open(folder / "trace.tar.gz") as tar:
+        assert any(name.endswith(".xplane.pb") for name in tar.getnames())
     assert all(value is not None for value in results["targets"].values())
 
 
@@ -77,7 +82,7 @@ def test_the_report_renders_every_table(run):
 def test_a_short_lease_skips_steps_and_still_leaves_results(tmp_path):
     """With almost no time left every step that needs some is skipped and
     listed; the JSON and its report are whole."""
-    results = _run_bench(tmp_path, budget_s=0.5)
+    results = _run_bench(tmp_path, 0.5)
     skipped = " ".join(results["skipped"])
     for step in ("stall/shardkeep", "stall/orbax-tuned", "stall/dcp-tuned", "save/shardkeep",
                  "save/safetensors", "profile"):
