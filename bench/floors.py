@@ -156,7 +156,7 @@ def write_streams(folder: str, size: int, streams: int, block: memoryview) -> fl
     start = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
         list(pool.map(lambda job: _write_file(job[0], job[1], block), jobs))
-    fsync_folder(folder)
+    fsync_path(folder)
     return time.perf_counter() - start
 
 
@@ -171,8 +171,9 @@ def _write_file(name: str, length: int, block: memoryview) -> None:
         os.close(fd)
 
 
-def fsync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: str) -> None:
+    """fsync of a file, or of a folder (its entries)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -184,7 +185,7 @@ def _write_data_file(path: str, size: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     block = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8)
     _write_file(path, size, block.data)
-    fsync_folder(os.path.dirname(path))
+    fsync_path(os.path.dirname(path))
 
 
 # --- reads into a reused buffer -----------------------------------------

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.metadata
 import io
 import json
 import os
@@ -52,12 +53,14 @@ import traceback
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
 
+import floors  # noqa: E402
 import gpu_floors  # noqa: E402
 import gpu_state  # noqa: E402
 import page_cache  # noqa: E402
 import report_gpu  # noqa: E402
 import tools  # noqa: E402
 import training_loop  # noqa: E402
+import workloads  # noqa: E402
 
 STALL_SAVES = 3  # the first warms the tool up; two are counted
 SAVE_TOOLS = ("shardkeep", "orbax-tuned", "dcp-tuned", "safetensors")
@@ -128,8 +131,7 @@ def environment(root: str, drop_caches: bool) -> dict:
     for name in ("shardkeep", "jax", "jaxlib", "orbax-checkpoint", "torch", "safetensors",
                  "tensorstore", "numpy"):
         try:
-            from importlib.metadata import version
-            versions[name] = version(name)
+            versions[name] = importlib.metadata.version(name)
         except Exception as e:
             versions[name] = f"missing ({type(e).__name__})"
     out = {"python": sys.version.split()[0], "machine": platform.machine(),
@@ -188,36 +190,17 @@ class Safetensors:
         name = os.path.join(path, self.file)
         # The library writes host tensors: the device-to-host copy is part of its save.
         self.st.save_file({k: v.cpu() for k, v in gpu_state.torch_flat(state).items()}, name)
-        fd = os.open(name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        floors.fsync_path(name)
+        floors.fsync_path(path)
 
     def load(self, path, target):
         loaded = self.st.load_file(os.path.join(path, self.file),
                                    device=str(gpu_state.torch_device()))
         gpu_state.synchronize()
-        return _nested(loaded)
+        return workloads.nest([(tuple(name.split(".")), t) for name, t in loaded.items()])
 
     def close(self):
         pass
-
-
-def _nested(flat: dict) -> dict:
-    out: dict = {}
-    for name, value in flat.items():
-        node = out
-        *parents, last = name.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
-    return out
 
 
 def make_tool(name: str):
@@ -252,8 +235,7 @@ def stall(name: str, live: Live, scale: str, root: str) -> dict:
         for _ in range(training_loop.WARMUP_STEPS):
             loop.step()
         baseline, saves, expected, path = training_loop.run_loop(tool, loop, folder, STALL_SAVES)
-        target = (gpu_state.torch_target(scale) if tool.framework == "torch"
-                  else gpu_state.jax_target(scale))
+        target = gpu_state.target_for(tool.framework, scale)
         verified = loop.matches(tool.load(path, target), expected)
     finally:
         live.state = loop.state
@@ -288,13 +270,11 @@ def save_and_load(run: Run, name: str, state, scale: str, root: str, drop_caches
                 else:
                     page_cache.warm(path)
                     eviction = None
-                target = (gpu_state.torch_target(scale) if tool.framework == "torch"
-                          else gpu_state.jax_target(scale))
+                target = gpu_state.target_for(tool.framework, scale)
                 start = time.perf_counter()
                 loaded = tool.load(path, target)
                 seconds = time.perf_counter() - start
-                same = (gpu_state.torch_equal(loaded, state) if tool.framework == "torch"
-                        else gpu_state.jax_equal(loaded, state))
+                same = gpu_state.equal(tool.framework, loaded, state)
                 return {"seconds": seconds, "verified": same} | (
                     {"eviction": eviction} if cold else {})
             run.measure(("load_cold" if cold else "load_warm", name), load,
@@ -408,7 +388,7 @@ def main(argv=None) -> int:
 
     live = Live(gpu_state.jax_state(scale))
     run.measure(("floors", "jax"),
-                lambda: gpu_floors.all_transfers(gpu_state.jax_arrays(live.state)))
+                lambda: gpu_floors.all_transfers(jax.tree.leaves(live.state)))
     disk = run.measure(("floors", "disk"),
                        lambda: gpu_floors.disk(os.path.join(root, "floor"), nbytes,
                                                args.drop_caches))

@@ -50,28 +50,29 @@ def _best(times: list[float], nbytes: int) -> dict:
 
 # --- device <-> host, JAX ------------------------------------------------------
 
-def jax_d2h_pinned(arrays: list) -> dict:
+def _pinned_targets(arrays: list) -> list | None:
+    """Each array's sharding into its device's pinned host memory; None
+    where a device has no such memory."""
+    import jax
+    if not all(any(m.kind == "pinned_host" for m in a.device.addressable_memories())
+               for a in arrays):
+        return None
+    return [jax.sharding.SingleDeviceSharding(a.device, memory_kind="pinned_host")
+            for a in arrays]
+
+
+def jax_d2h_pinned(arrays: list, targets: list) -> tuple[dict, list]:
+    """The copies' timings (the first apart: it allocates the pinned
+    memory), and the last copies (the h2d floor's sources)."""
     import jax
     nbytes = sum(a.nbytes for a in arrays)
-    sharding = {a.device: jax.sharding.SingleDeviceSharding(a.device, memory_kind="pinned_host")
-                for a in arrays}
-    if not all(any(m.kind == "pinned_host" for m in d.addressable_memories()) for d in sharding):
-        return {"skipped": "the devices have no pinned_host memory"}
-    targets = [sharding[a.device] for a in arrays]
-    times = []
+    times, copies = [], None
     for _ in range(1 + REPEATS):
+        copies = None  # freed before the next copy, as a save's are
         start = time.perf_counter()
         copies = jax.block_until_ready(jax.device_put(arrays, targets))
         times.append(time.perf_counter() - start)
-        del copies
-    return _best(times[1:], nbytes) | {"first_seconds": times[0]}
-
-
-def pinned_copies(arrays: list) -> list:
-    """The arrays in pinned host memory (for the h2d floor)."""
-    import jax
-    return jax.block_until_ready(jax.device_put(arrays, [
-        jax.sharding.SingleDeviceSharding(a.device, memory_kind="pinned_host") for a in arrays]))
+    return _best(times[1:], nbytes) | {"first_seconds": times[0]}, copies
 
 
 def zero_copy_numpy(pinned: list) -> bool:
@@ -104,8 +105,8 @@ def jax_d2h_pageable(arrays: list) -> dict:
     return _best(times, nbytes)
 
 
-def jax_h2d(arrays: list, pinned: list) -> dict:
-    """From pageable numpy copies, and from the pinned copies."""
+def jax_h2d(arrays: list, pinned: list | None) -> dict:
+    """From pageable numpy copies, and from the pinned copies if any."""
     import jax
     nbytes = sum(a.nbytes for a in arrays)
     devices = [a.sharding for a in arrays]
@@ -114,6 +115,8 @@ def jax_h2d(arrays: list, pinned: list) -> dict:
     del fresh
     out = {}
     for name, sources in (("pageable", host), ("pinned", pinned)):
+        if sources is None:
+            continue
         times = []
         for _ in range(REPEATS):
             times.append(_timed(lambda: jax.block_until_ready(jax.device_put(sources, devices))))
@@ -209,14 +212,15 @@ def _read_all(folder: str, threads: int) -> float:
     return time.perf_counter() - start
 
 
-def all_transfers(jax_arrays: list) -> dict:
+def all_transfers(arrays: list) -> dict:
     """The JAX floors over the state's arrays, and a probe of what pinned
     staging relies on."""
-    pinned = pinned_copies(jax_arrays)
-    out = {"d2h_pinned": jax_d2h_pinned(jax_arrays),
-           "d2h_pageable": jax_d2h_pageable(jax_arrays),
-           "h2d": jax_h2d(jax_arrays, pinned),
-           "pinned_numpy_is_a_view": zero_copy_numpy(pinned)}
-    del pinned
-    return out
-
+    targets = _pinned_targets(arrays)
+    if targets is None:
+        return {"d2h_pinned": {"skipped": "the devices have no pinned_host memory"},
+                "d2h_pageable": jax_d2h_pageable(arrays), "h2d": jax_h2d(arrays, None)}
+    d2h_pinned, pinned = jax_d2h_pinned(arrays, targets)
+    return {"d2h_pinned": d2h_pinned,
+            "d2h_pageable": jax_d2h_pageable(arrays),
+            "h2d": jax_h2d(arrays, pinned),
+            "pinned_numpy_is_a_view": zero_copy_numpy(pinned)}

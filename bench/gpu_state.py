@@ -67,11 +67,6 @@ def jax_target(scale: str) -> dict:
     return tree
 
 
-def jax_arrays(tree: dict) -> list:
-    import jax
-    return jax.tree.leaves(tree)
-
-
 def jax_equal(loaded: dict, expected: dict) -> bool:
     """Every leaf bit for bit, compared on the device."""
     import jax
@@ -95,9 +90,6 @@ def torch_device():
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
-_TORCH_DTYPES = {"bfloat16": "bfloat16", "float32": "float32"}
-
-
 def torch_state(scale: str) -> dict:
     import torch
     device = torch_device()
@@ -105,8 +97,7 @@ def torch_state(scale: str) -> dict:
     items = []
     for leaf in leaves(scale):
         generator.manual_seed(leaf.seed)
-        tensor = torch.empty(leaf.shape, dtype=getattr(torch, _TORCH_DTYPES[leaf.dtype]),
-                             device=device)
+        tensor = torch.empty(leaf.shape, dtype=getattr(torch, leaf.dtype), device=device)
         items.append((leaf.path, tensor.normal_(0.0, 0.02, generator=generator)))
     tree = workloads.nest(items)
     tree["step"] = torch.tensor(STEP, dtype=torch.int32, device=device)
@@ -118,8 +109,7 @@ def torch_target(scale: str) -> dict:
     """Tensors to load into (DCP loads in place), on the accelerator."""
     import torch
     device = torch_device()
-    items = [(leaf.path, torch.empty(leaf.shape, dtype=getattr(torch, _TORCH_DTYPES[leaf.dtype]),
-                                     device=device))
+    items = [(leaf.path, torch.empty(leaf.shape, dtype=getattr(torch, leaf.dtype), device=device))
              for leaf in leaves(scale)]
     tree = workloads.nest(items)
     tree["step"] = torch.tensor(0, dtype=torch.int32, device=device)
@@ -150,3 +140,14 @@ def synchronize() -> None:
     import torch
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+# --- either ----------------------------------------------------------------
+
+def target_for(framework: str, scale: str) -> dict:
+    """What a tool of ``framework`` ("jax" or "torch") loads into."""
+    return torch_target(scale) if framework == "torch" else jax_target(scale)
+
+
+def equal(framework: str, loaded: dict, expected: dict) -> bool:
+    return (torch_equal if framework == "torch" else jax_equal)(loaded, expected)

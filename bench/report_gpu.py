@@ -112,11 +112,10 @@ def _saves_and_loads(results: dict, nbytes: int) -> list[str]:
         if get(results, "save", tool) is None and f"save/{tool}" not in results.get("errors", {}):
             continue
         size = get(results, "save", tool, "bytes_on_disk")
-        lines.append(f"| {tool} | {_cell(results, 'save', tool, nbytes)} | "
-                     f"{_cell(results, 'load_warm', tool, nbytes)} | "
-                     f"{_cell(results, 'load_cold', tool, nbytes)} | "
-                     f"{size / GIB:.2f} GiB |" if size else
-                     f"| {tool} | {_cell(results, 'save', tool, nbytes)} | | | |")
+        cells = [_cell(results, section, tool, nbytes)
+                 for section in ("save", "load_warm", "load_cold")]
+        cells.append(f"{size / GIB:.2f} GiB" if size else "—")
+        lines.append(f"| {tool} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 

@@ -68,8 +68,8 @@ class Options:
       pinned_host_staging: a save's device-to-host copies (arrays on an
         accelerator) go into pinned host memory (JAX's ``pinned_host``
         memory kind), all started before any is waited for: the copy
-        engines then run at the link's speed, and the runtime reuses its
-        pinned memory from one save to the next. None (the default): on
+        engines then run at the link's speed, with no bounce buffer and no
+        page faults on fresh memory. None (the default): on
         for GPUs, off for TPUs, whose pinned host memory is a smaller
         pool the device manages. False: each array's own copy into
         pageable memory. No effect on the CPU backend, whose arrays are

@@ -32,24 +32,28 @@ def start(views: list[list], pinned_host: bool | None) -> None:
     also where the runtime refuses the pinned copies (its pinned pool
     exhausted, say), which is logged.
     """
-    places = [(i, j, _pinned_sharding(a.device, pinned_host))
+    arrays = [(i, j, a, _pinned_sharding(a.device, pinned_host))
               for i, of_leaf in enumerate(views) for j, a in enumerate(of_leaf)]
-    pinned = [(i, j, sharding) for i, j, sharding in places if sharding is not None]
-    if pinned:
-        try:
-            moved = jax.device_put([views[i][j] for i, j, _ in pinned],
-                                   [sharding for _, _, sharding in pinned])
-        except (ValueError, TypeError, RuntimeError) as e:
-            logger.warning("shardkeep: staging through pageable host memory: the copies into"
-                           " pinned host memory failed: %s", e)
-            moved = None
-        if moved is not None:
-            for (i, j, _), host_array in zip(pinned, moved):
-                views[i][j] = host_array
-            return
-    for of_leaf in views:
-        for device_array in of_leaf:
-            device_array.copy_to_host_async()
+    to_pin = [(i, j, a, sharding) for i, j, a, sharding in arrays if sharding is not None]
+    pinned = _put_pinned(to_pin) if to_pin else None
+    if pinned is not None:
+        for (i, j, _, _), host_array in zip(to_pin, pinned):
+            views[i][j] = host_array
+    for _, _, a, sharding in arrays:
+        if sharding is None or pinned is None:
+            a.copy_to_host_async()
+
+
+def _put_pinned(to_pin: list) -> list | None:
+    """The arrays' copies in pinned memory, all started by one call; None
+    (logged) where the runtime refuses them."""
+    try:
+        return jax.device_put([a for _, _, a, _ in to_pin],
+                              [sharding for _, _, _, sharding in to_pin])
+    except (ValueError, TypeError, RuntimeError) as e:
+        logger.warning("shardkeep: staging through pageable host memory: the copies into"
+                       " pinned host memory failed: %s", e)
+        return None
 
 
 @functools.lru_cache(maxsize=64)
